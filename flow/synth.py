@@ -1,0 +1,553 @@
+"""Logic synthesis of the emitted RTL onto Nangate45 with pyosys (native Yosys as a Python module).
+
+    python -m flow.synth --rtl build/rtl [--out build/synth] [--top NAME] [--flatten]
+
+Reads ``config.json`` and the file list that ``python -m rtl_gen`` wrote into the RTL folder, and maps
+the design to the Nangate45 typical-corner liberty. ``msh_sram`` / ``msh_rom`` are black boxes (the
+environment supplies them, SPEC_NANO_KPU.md section 5); every other inferred memory is an error.
+
+Hierarchy: the design is synthesised hierarchically (no ``flatten``), so each Verilog module is
+mapped on its own and ``stat`` reports its cells. The breakdown in ``synth.json`` is computed from
+that: per module its own cells and area, per instance path the area including everything below it
+("engines" = the top module's direct children). ``--flatten`` maps the design as one module, as the
+benchmark does; it optimises across module boundaries but leaves only the top in the breakdown.
+
+Yosys runs in a child process (``--worker``): a large design's memory is returned to the system when
+it ends, and a Yosys ``ERROR`` (which exits the process) cannot take the caller down. All outputs
+are written into ``<out>.tmp`` and replace ``<out>`` only when everything succeeded.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.metadata
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from pdk_config import PdkError, find_pdk
+from pdk_config.nangate45 import BUFFER, DONT_USE, TIE_HI, TIE_LO
+
+REPO = Path(__file__).resolve().parent.parent
+MACROS = ("msh_sram", "msh_rom")
+# Price of on-chip storage (SPEC_NANO_KPU.md section 5): bits / 2^20 x 1e6 um^2.
+UM2_PER_MIBIT = 1_000_000.0
+AREA_BUDGET_UM2 = 4_000_000.0         # SPEC section 9: 4.0 mm^2, logic + macros
+SRAM_BUDGET_BITS = 4 * 2**20 * 8      # SPEC section 9: 4 MiB of msh_sram + msh_rom
+CORNER = "typical"                    # SPEC section 9: area is measured at the typical corner
+ABC_PERIOD_PS = 10_000                # ABC's delay target (-D): the 10 ns clock of SPEC section 9
+
+# Port lists of SPEC section 5; only directions and widths matter to synthesis.
+MACRO_STUBS = """\
+(* blackbox *)
+module msh_sram #(parameter DEPTH = 16, parameter WIDTH = 8, parameter ADDRW = $clog2(DEPTH)) (
+    input clk, input we, input [ADDRW-1:0] waddr, input [WIDTH-1:0] wdata, input [WIDTH/8-1:0] wstrb,
+    input re, input [ADDRW-1:0] raddr, output [WIDTH-1:0] rdata);
+endmodule
+
+(* blackbox *)
+module msh_rom #(parameter DEPTH = 16, parameter WIDTH = 8, parameter ADDRW = $clog2(DEPTH),
+                 parameter INIT_FILE = "") (
+    input [ADDRW-1:0] raddr1, output [WIDTH-1:0] rdata1, input [ADDRW-1:0] raddr2, output [WIDTH-1:0] rdata2);
+endmodule
+"""
+
+
+# Yosys' default liberty script plus ABC's timing-driven buffering and gate sizing (as ORFS does): without
+# them a pipeline-enable net drives thousands of gates from one X1 cell, and the wire-load timing of such a
+# net is meaningless. {D} is ABC's delay target, filled in by Yosys.
+ABC_SCRIPT = """\
+strash; &get -n; &fraig -x; &put; scorr; dc2; dretime; strash; &get -n; &dch -f; &nf {D}; &put
+buffer -p -N 16
+upsize {D}
+dnsize {D}
+stime -p
+"""
+# Boundary conditions ABC's sizing sees (the same as flow/sta.py's constraints).
+ABC_CONSTR = "set_driving_cell BUF_X2\nset_load 3.0\n"
+
+
+class SynthError(RuntimeError):
+    """Synthesis could not run or its result breaks a rule; the message says which and where."""
+
+
+def progress(msg: str) -> None:
+    print(f"[synth] {msg}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------------------------- inputs
+
+@dataclass(frozen=True)
+class RtlInput:
+    rtl_dir: Path
+    top: str
+    config: dict
+    config_sha256: str
+    filelist: Path
+    files: tuple[Path, ...]
+    include_dirs: tuple[Path, ...]
+    defines: tuple[str, ...]
+
+
+def _pick_filelist(rtl_dir: Path, config: dict) -> Path:
+    files = config.get("files") if isinstance(config.get("files"), dict) else {}
+    named = [n for n in (files.get("filelist"), config.get("filelist")) if n]
+    named += [config[k] + ".f" for k in ("block", "top") if config.get(k)]
+    for name in named:
+        if (rtl_dir / name).is_file():
+            return rtl_dir / name
+    found = sorted(rtl_dir.glob("*.f"))
+    if len(found) == 1:
+        return found[0]
+    raise SynthError(f"no file list in {rtl_dir}: looked for {named or '<block>.f / <top>.f'}; "
+                     f"*.f files there: {[p.name for p in found]}")
+
+
+def _resolve(entry: str, base: Path, line_no: int, filelist: Path) -> Path:
+    for cand in (base / entry, Path(entry)):
+        if cand.exists():
+            return cand.resolve()
+    raise SynthError(f"{filelist}:{line_no}: {entry!r} not found (relative to {base} or {Path.cwd()})")
+
+
+def read_filelist(filelist: Path) -> tuple[list[Path], list[Path], list[str]]:
+    """(Verilog files, include dirs, defines) of a Verilator-style file list."""
+    files, incdirs, defines = [], [], []
+    base = filelist.parent
+    for n, raw in enumerate(filelist.read_text().splitlines(), 1):
+        line = raw.split("//")[0].strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("+incdir+"):
+            incdirs += [_resolve(d, base, n, filelist) for d in line[len("+incdir+"):].split("+") if d]
+        elif line.startswith("+define+"):
+            defines += [d for d in line[len("+define+"):].split("+") if d]
+        elif line.startswith(("-", "+")):
+            raise SynthError(f"{filelist}:{n}: option {line!r} is not understood (only files, +incdir+, +define+)")
+        else:
+            files.append(_resolve(line, base, n, filelist))
+    if not files:
+        raise SynthError(f"{filelist} names no Verilog file")
+    return files, incdirs, defines
+
+
+def load_rtl(rtl_dir: Path, top: str | None = None) -> RtlInput:
+    cfg_path = rtl_dir / "config.json"
+    if not cfg_path.is_file():
+        raise SynthError(f"{cfg_path} not found: run `python -m rtl_gen --out {rtl_dir}` (make rtl) first")
+    raw = cfg_path.read_bytes()
+    config = json.loads(raw)
+    top = top or config.get("top") or config.get("block")
+    if not top:
+        raise SynthError(f"{cfg_path} names no 'top' (nor 'block'); pass --top")
+    filelist = _pick_filelist(rtl_dir, config)
+    files, incdirs, defines = read_filelist(filelist)
+    return RtlInput(rtl_dir, top, config, hashlib.sha256(raw).hexdigest(), filelist,
+                    tuple(files), tuple(incdirs), tuple(defines))
+
+
+def liberty_areas(liberty: Path) -> dict[str, float]:
+    """Cell name -> area (um^2) of a plain liberty file."""
+    text = liberty.read_text()
+    out = {}
+    for m in re.finditer(r'\bcell\s*\(\s*"?([\w$]+)"?\s*\)\s*\{', text):
+        a = re.compile(r"\barea\s*:\s*([0-9.eE+-]+)").search(text, m.end(), m.end() + 2000)
+        if a:
+            out[m.group(1)] = float(a.group(1))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- worker
+
+def _script_steps(job: dict) -> list[tuple[str, list[str]]]:
+    lib = job["liberty"]
+    dont_use = " ".join(f"-dont_use {c}" for c in job["dont_use"])
+    top = job["top"]
+    flat = " -flatten" if job["flatten"] else ""
+    return [
+        ("generic synthesis (proc, opt, memory -nomap, alumacc)", [f"synth -top {top}{flat} -run :fine"]),
+        ("check for inferred memories", ["<memory-check>"]),
+        ("fine synthesis (techmap to gates)", [f"synth -top {top}{flat} -run fine:check -noabc"]),
+        ("map flip-flops (dfflibmap)", [f"dfflibmap -liberty {lib} {dont_use}", "opt -purge"]),
+        ("map logic (abc)", [f"abc -liberty {lib} {dont_use} -D {job['abc_period_ps']} -constr {job['out']}/abc.constr "
+                             f"-script {job['out']}/abc.script", "opt_clean"]),
+        ("tie cells, buffers, clean", [
+            f"hilomap -singleton -hicell {TIE_HI[0]} {TIE_HI[1]} -locell {TIE_LO[0]} {TIE_LO[1]}",
+            f"insbuf -buf {BUFFER[0]} {BUFFER[1]} {BUFFER[2]}",
+            "opt_clean -purge", "check -assert"]),
+        ("statistics", [f"tee -q -o {job['out']}/stat.json stat -json -liberty {lib}",
+                        f"tee -q -o {job['out']}/stat.txt stat -liberty {lib}"]),
+    ]
+
+
+def _id(x) -> str:
+    s = x.str()
+    return s[1:] if s.startswith("\\") else s
+
+
+def _inferred_memories(ys, design) -> list[dict]:
+    out = []
+    for mod in design.modules_.values():
+        for mem in mod.memories.values():     # memories not yet collected into a $mem cell
+            out.append({"module": _id(mod.name), "memory": _id(mem.name), "src": mem.get_src_attribute(),
+                        "width": mem.width, "depth": mem.size})
+        for cell in mod.cells_.values():
+            if cell.type.str() in ("$mem", "$mem_v2"):
+                p = {k.str(): v for k, v in cell.parameters.items()}
+                out.append({"module": _id(mod.name), "memory": p["\\MEMID"].decode_string().lstrip("\\"),
+                            "src": cell.get_src_attribute(), "width": p["\\WIDTH"].as_int(),
+                            "depth": p["\\SIZE"].as_int()})
+    return out
+
+
+def _design_summary(design) -> dict:
+    """Per module: own cell types, submodule instances and macro instances (with parameters)."""
+    mods = {_id(m.name): m for m in design.modules_.values() if not m.get_blackbox_attribute()}
+    summary = {}
+    for name, mod in mods.items():
+        cells, subs, macros, unmapped = {}, [], [], {}
+        for cell in mod.cells_.values():
+            ctype = _id(cell.type)
+            if ctype in MACROS:
+                p = {_id(k): v for k, v in cell.parameters.items()}
+                macros.append({"instance": _id(cell.name), "type": ctype,
+                               "params": {k: (v.as_int() if k != "INIT_FILE" else v.decode_string())
+                                          for k, v in p.items()}})
+            elif ctype in mods:
+                subs.append({"instance": _id(cell.name), "module": ctype})
+            elif ctype.startswith("$"):
+                unmapped[ctype] = unmapped.get(ctype, 0) + 1
+            else:
+                cells[ctype] = cells.get(ctype, 0) + 1
+        summary[name] = {"cells": cells, "submodules": subs, "macros": macros, "unmapped": unmapped}
+    return summary
+
+
+def worker(job_path: Path) -> int:
+    """Runs in the child process; Yosys' log goes to stdout (a file), progress to stderr."""
+    from pyosys import libyosys as ys
+
+    job = json.loads(job_path.read_text())
+    out = Path(job["out"])
+    t0 = time.monotonic()
+    design = ys.Design()
+    read_opts = " ".join([f"-I{d}" for d in job["include_dirs"]] + [f"-D{d}" for d in job["defines"]])
+    progress(f"reading {len(job['files'])} Verilog file(s)")
+    for f in job["files"]:
+        ys.run_pass(f"read_verilog {read_opts} {f}", design)
+    redefined = [m for m in MACROS if design.module(ys.IdString("\\" + m)) is not None]
+    if redefined:
+        progress(f"warning: the RTL defines {redefined}; replaced by black boxes (SPEC section 5)")
+    ys.run_pass(f"read_verilog -lib -overwrite {out / 'macro_stubs.v'}", design)
+    # The cells as black boxes, so that `check` knows their pin directions.
+    ys.run_pass(f"read_liberty -lib {job['liberty']}", design)
+    ys.run_pass(f"hierarchy -check -top {job['top']}", design)
+    for title, cmds in _script_steps(job):
+        progress(f"{title} ... ({time.monotonic() - t0:.1f} s)")
+        for cmd in cmds:
+            if cmd == "<memory-check>":
+                mems = _inferred_memories(ys, design)
+                if mems:
+                    (out / "error.json").write_text(json.dumps({"inferred_memories": mems}, indent=1))
+                    return 3
+                continue
+            ys.run_pass(cmd, design)
+    summary = _design_summary(design)
+    (out / "design.json").write_text(json.dumps(summary, indent=1))
+    unmapped = {f"{m}:{t}": n for m, s in summary.items() for t, n in s["unmapped"].items()}
+    if unmapped:
+        (out / "error.json").write_text(json.dumps({"unmapped_cells": unmapped}, indent=1))
+        return 4
+    progress(f"writing netlist ({time.monotonic() - t0:.1f} s)")
+    ys.run_pass(f"write_verilog -noattr -noexpr -nohex -nodec {out / (job['top'] + '.v')}", design)
+    _write_sta_netlist(ys, design, out / (job["top"] + ".sta.v"))
+    progress(f"done ({time.monotonic() - t0:.1f} s)")
+    return 0
+
+
+def _macro_module(mtype: str, depth: int, width: int) -> str:
+    addrw = max(1, (depth - 1).bit_length())
+    if mtype == "msh_sram":
+        ports = (f"input clk, input we, input [{addrw - 1}:0] waddr, input [{width - 1}:0] wdata, "
+                 f"input [{width // 8 - 1}:0] wstrb, input re, input [{addrw - 1}:0] raddr, "
+                 f"output [{width - 1}:0] rdata")
+    else:
+        ports = (f"input [{addrw - 1}:0] raddr1, output [{width - 1}:0] rdata1, "
+                 f"input [{addrw - 1}:0] raddr2, output [{width - 1}:0] rdata2")
+    return f"module {mtype}_{depth}x{width} ({ports});\nendmodule\n"
+
+
+def _write_sta_netlist(ys, design, path: Path) -> None:
+    """The netlist as OpenSTA 2.0 reads it: its Verilog reader knows no parameters, so every macro
+    instance becomes an instance of an empty module named after its size (``msh_sram_64x32``). The
+    empty module cuts the paths at the macro pins (SPEC section 5: macro read paths are cut)."""
+    variants = set()
+    for mod in design.modules_.values():
+        for cell in mod.cells_.values():
+            ctype = _id(cell.type)
+            if ctype in MACROS:
+                p = {_id(k): v for k, v in cell.parameters.items()}
+                depth, width = p["DEPTH"].as_int(), p["WIDTH"].as_int()
+                variants.add((ctype, depth, width))
+                cell.type = ys.IdString(f"\\{ctype}_{depth}x{width}")
+                for k in list(cell.parameters.keys()):
+                    cell.unsetParam(k)
+    ys.run_pass(f"write_verilog -noattr -noexpr -nohex -nodec {path}", design)
+    with open(path, "a") as f:
+        f.write("\n// Macros as empty modules (cut at their pins); see flow/synth.py\n")
+        for v in sorted(variants):
+            f.write(_macro_module(*v))
+
+
+# ---------------------------------------------------------------------------------------------- results
+
+def _bits(macro: dict, where: str) -> tuple[int, int]:
+    p = macro["params"]
+    if "DEPTH" not in p or "WIDTH" not in p:
+        raise SynthError(f"{macro['type']} instance {where} does not set DEPTH and WIDTH (SPEC section 5): {p}")
+    return p["DEPTH"], p["WIDTH"]
+
+
+def _walk(summary: dict, areas: dict[str, float], top: str):
+    """Per module own area/cells and the instance tree with area including submodules."""
+    own = {m: {"area_um2": sum(areas.get(c, 0.0) * n for c, n in s["cells"].items()),
+               "cells": sum(s["cells"].values())} for m, s in summary.items()}
+    unknown = sorted({c for s in summary.values() for c in s["cells"] if c not in areas})
+    if unknown:
+        raise SynthError(f"cells without a liberty area: {unknown}")
+    memo: dict[str, tuple[float, int]] = {}
+
+    def total(m: str) -> tuple[float, int]:
+        if m not in memo:
+            a, c = own[m]["area_um2"], own[m]["cells"]
+            for sub in summary[m]["submodules"]:
+                sa, sc = total(sub["module"])
+                a, c = a + sa, c + sc
+            memo[m] = (a, c)
+        return memo[m]
+
+    instances, macros, counts = [], [], {m: 0 for m in summary}
+
+    def visit(m: str, path: str, depth: int) -> None:
+        counts[m] += 1
+        a, c = total(m)
+        instances.append({"path": path, "module": m, "depth": depth, "area_um2": round(a, 3), "cells": c})
+        for mac in summary[m]["macros"]:
+            where = f"{path}.{mac['instance']}"
+            depth_, width = _bits(mac, where)
+            bits = depth_ * width
+            macros.append({"path": where, "type": mac["type"], "depth": depth_, "width": width, "bits": bits,
+                           "area_um2": round(bits / 2**20 * UM2_PER_MIBIT, 3),
+                           **({"init_file": mac["params"]["INIT_FILE"]} if "INIT_FILE" in mac["params"] else {})})
+        for sub in summary[m]["submodules"]:
+            visit(sub["module"], f"{path}.{sub['instance']}", depth + 1)
+
+    visit(top, top, 0)
+    modules = {m: {"instances": counts[m], "own_area_um2": round(own[m]["area_um2"], 3),
+                   "own_cells": own[m]["cells"], "area_per_instance_um2": round(total(m)[0], 3),
+                   "cells_per_instance": total(m)[1]}
+               for m in summary if counts[m]}
+    return modules, instances, macros
+
+
+def _chip_area(stat_txt: str, top: str) -> float | None:
+    """The "Chip area" line of `stat -liberty`: the hierarchy total when there is one, else the module's."""
+    for kind in ("top module", "module"):
+        m = re.search(f"Chip area for {kind} '\\\\?{re.escape(top)}':" + r"\s*([0-9.]+)", stat_txt)
+        if m:
+            return float(m.group(1))
+    return None
+
+
+def _versions() -> dict:
+    v = {"python": sys.version.split()[0]}
+    for dist in ("pyosys",):
+        try:
+            v[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            v[dist] = None
+    return v
+
+
+def build_result(rtl: RtlInput, stage: Path, liberty: Path, pdk, flatten: bool, runtime_s: float) -> dict:
+    summary = json.loads((stage / "design.json").read_text())
+    areas = liberty_areas(liberty)
+    modules, instances, macros = _walk(summary, areas, rtl.top)
+    stat_txt = (stage / "stat.txt").read_text()
+    log = (stage / "yosys.log").read_text(errors="replace")
+    yosys_version = next((ln.strip() for ln in log.splitlines() if ln.strip().startswith("Yosys 0")), None)
+    abc_delays = [float(x) for x in re.findall(r"ABC: WireLoad.*Delay =\s*([0-9.]+) ps", log)]
+    cell_types: dict[str, int] = {}
+    for inst in instances:
+        for c, n in summary[inst["module"]]["cells"].items():
+            cell_types[c] = cell_types.get(c, 0) + n
+    logic_area = sum(areas[c] * n for c, n in cell_types.items())
+    seq_area = sum(areas[c] * n for c, n in cell_types.items() if re.match(r"(S?DFF|DLH|DLL)", c))
+    macro_bits = sum(m["bits"] for m in macros)
+    macro_area = sum(m["area_um2"] for m in macros)
+    total = logic_area + macro_area
+    top_children = [i for i in instances if i["depth"] == 1]
+    engines = [{"name": i["path"].split(".", 1)[1], "module": i["module"], "area_um2": i["area_um2"],
+                "cells": i["cells"]} for i in top_children]
+    glue = modules[rtl.top]
+    engines.append({"name": "(top-level logic)", "module": rtl.top, "area_um2": glue["own_area_um2"],
+                    "cells": glue["own_cells"]})
+    engines.sort(key=lambda e: -e["area_um2"])
+    return {
+        "schema": "nano-k3/synth/1",
+        "top": rtl.top,
+        "rtl": {"dir": str(rtl.rtl_dir), "config_sha256": rtl.config_sha256, "filelist": str(rtl.filelist),
+                "files": [str(f) for f in rtl.files], "config": rtl.config},
+        "pdk": {"root": str(pdk.root), "found_by": pdk.found_by, "corner": CORNER, "liberty": str(liberty),
+                "dont_use": list(DONT_USE)},
+        "options": {"flatten": flatten, "abc_delay_target_ps": ABC_PERIOD_PS, "hierarchy": "flat" if flatten
+                    else "hierarchical: each module mapped on its own; breakdown by module and instance path"},
+        "area": {
+            "logic_um2": round(logic_area, 3),
+            "sequential_um2": round(seq_area, 3),
+            "yosys_chip_area_um2": _chip_area(stat_txt, rtl.top),
+            "macro_um2": round(macro_area, 3),
+            "total_um2": round(total, 3),
+            "budget_um2": AREA_BUDGET_UM2,
+            "budget_used": round(total / AREA_BUDGET_UM2, 6),
+            "within_budget": total <= AREA_BUDGET_UM2,
+        },
+        "abc": {"delay_ps": max(abc_delays, default=None), "delay_ps_per_run": abc_delays,
+                "note": "ABC's own pre-layout estimate (stime -p, no wire load), one run per module"},
+        "cells": {"count": sum(cell_types.values()), "by_type": dict(sorted(cell_types.items()))},
+        "macros": {"count": len(macros), "bits": macro_bits, "area_um2": round(macro_area, 3),
+                   "budget_bits": SRAM_BUDGET_BITS, "within_budget": macro_bits <= SRAM_BUDGET_BITS,
+                   "price": "bits / 2^20 x 1e6 um^2 (SPEC section 5)", "instances": macros},
+        "hierarchy": {"engines": engines, "modules": modules, "instances": instances},
+        "runtime_s": round(runtime_s, 2),
+        "versions": {**_versions(), "yosys": yosys_version, "abc": "yosys-abc bundled with pyosys"},
+        "files": {"netlist": f"{rtl.top}.v", "sta_netlist": f"{rtl.top}.sta.v", "log": "yosys.log", "stat": "stat.txt", "summary": "synth.txt"},
+        "metrics": {
+            "synth__design__instance__area__stdcell": round(logic_area, 3),
+            "synth__design__instance__area__macros": round(macro_area, 3),
+            "synth__design__instance__area": round(total, 3),
+            "synth__design__instance__count__stdcell": sum(cell_types.values()),
+            "synth__design__instance__count__macros": len(macros),
+            "synth__design__memory__bits": macro_bits,
+        },
+    }
+
+
+def summary_text(r: dict) -> str:
+    a, c, m = r["area"], r["cells"], r["macros"]
+    lines = [
+        f"synthesis of {r['top']} on Nangate45 ({r['pdk']['corner']}), {r['options']['hierarchy']}",
+        f"  logic area     {a['logic_um2']:>14,.1f} um2   (Yosys 'Chip area': {a['yosys_chip_area_um2']})",
+        f"  macro area     {a['macro_um2']:>14,.1f} um2   ({m['count']} macros, {m['bits']:,} bits, {m['price']})",
+        f"  total area     {a['total_um2']:>14,.1f} um2   = {100 * a['budget_used']:.2f} % of the "
+        f"{a['budget_um2'] / 1e6:.1f} mm2 budget ({'within' if a['within_budget'] else 'OVER'})",
+        f"  cells          {c['count']:>14,}",
+        f"  ABC delay      {r['abc']['delay_ps']!s:>14} ps  (ABC's pre-layout estimate, worst module)",
+        f"  runtime        {r['runtime_s']:>14.1f} s",
+        "", "by engine (top-level instances):",
+    ]
+    lines += [f"  {e['name']:<32} {e['module']:<28} {e['area_um2']:>12,.1f} um2 {e['cells']:>9,} cells"
+              for e in r["hierarchy"]["engines"]]
+    lines += ["", "macros:"] + [f"  {x['path']:<40} {x['type']:<9} {x['depth']:>6} x {x['width']:<4} "
+                                f"{x['bits']:>10,} bits {x['area_um2']:>12,.1f} um2" for x in m["instances"]]
+    top_types = sorted(c["by_type"].items(), key=lambda kv: -kv[1])[:15]
+    lines += ["", "most used cells:"] + [f"  {t:<14} {n:>9,}" for t, n in top_types]
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------- driver
+
+def _publish(stage: Path, out: Path) -> None:
+    """Replace ``out`` by the complete ``stage`` folder."""
+    old = out.with_name(out.name + ".old")
+    if old.exists():
+        shutil.rmtree(old)
+    if out.exists():
+        out.rename(old)
+    stage.rename(out)
+    if old.exists():
+        shutil.rmtree(old)
+
+
+def _log_errors(log: Path) -> str:
+    if not log.exists():
+        return "(no log)"
+    lines = log.read_text(errors="replace").splitlines()
+    errs = [ln for ln in lines if ln.startswith("ERROR")]
+    return "\n".join(errs or lines[-15:])
+
+
+def synthesize(rtl_dir: Path, out: Path, top: str | None = None, flatten: bool = False,
+               cache: Path = REPO / "build" / "pdk_cache") -> dict:
+    try:
+        pdk = find_pdk()
+    except PdkError as e:
+        raise SynthError(str(e)) from None
+    rtl = load_rtl(Path(rtl_dir), top)
+    liberty = pdk.plain_liberty(CORNER, cache).resolve()
+    out = Path(out)
+    stage = out.with_name(out.name + ".tmp")
+    if stage.exists():
+        shutil.rmtree(stage)
+    stage.mkdir(parents=True)
+    (stage / "macro_stubs.v").write_text(MACRO_STUBS)
+    (stage / "abc.script").write_text(ABC_SCRIPT)
+    (stage / "abc.constr").write_text(ABC_CONSTR)
+    job = {"top": rtl.top, "files": [str(f) for f in rtl.files], "include_dirs": [str(d) for d in rtl.include_dirs],
+           "defines": list(rtl.defines), "liberty": str(liberty), "dont_use": list(DONT_USE),
+           "flatten": flatten, "abc_period_ps": ABC_PERIOD_PS, "out": str(stage.resolve())}
+    (stage / "job.json").write_text(json.dumps(job, indent=1))
+    progress(f"{rtl.top}: {len(rtl.files)} file(s) from {rtl.filelist}; log: {out / 'yosys.log'}")
+    t0 = time.monotonic()
+    with open(stage / "yosys.log", "w") as log:
+        proc = subprocess.run([sys.executable, "-m", "flow.synth", "--worker", str(stage / "job.json")],
+                              stdout=log, cwd=REPO)
+    runtime = time.monotonic() - t0
+    err_json = stage / "error.json"
+    if proc.returncode != 0:
+        detail = json.loads(err_json.read_text()) if err_json.exists() else {}
+        if "inferred_memories" in detail:
+            names = "; ".join(f"{m['module']}.{m['memory']} ({m['depth']} x {m['width']} bits, {m['src']})"
+                              for m in detail["inferred_memories"])
+            raise SynthError(f"inferred memory survives synthesis: {names}. Every on-chip array must be an "
+                             "msh_sram / msh_rom instance (SPEC_NANO_KPU.md section 5).")
+        if "unmapped_cells" in detail:
+            raise SynthError(f"cells left unmapped to Nangate45: {detail['unmapped_cells']} (see {stage}/yosys.log)")
+        raise SynthError(f"Yosys failed (exit {proc.returncode}); log {stage / 'yosys.log'}:\n"
+                         + _log_errors(stage / "yosys.log"))
+    result = build_result(rtl, stage, liberty, pdk, flatten, runtime)
+    (stage / "synth.json").write_text(json.dumps(result, indent=1) + "\n")
+    (stage / "synth.txt").write_text(summary_text(result))
+    for f in ("job.json", "design.json"):
+        (stage / f).rename(stage / ("." + f))        # internal hand-over files, kept for debugging
+    _publish(stage, out)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m flow.synth", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rtl", type=Path, default=Path("build/rtl"), help="folder with config.json + file list")
+    ap.add_argument("--out", type=Path, default=Path("build/synth"))
+    ap.add_argument("--top", help="top module (default: 'top' of config.json)")
+    ap.add_argument("--flatten", action="store_true", help="map the design flat (no per-module breakdown)")
+    ap.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.worker:
+        return worker(args.worker)
+    try:
+        result = synthesize(args.rtl, args.out, args.top, args.flatten)
+    except SynthError as e:
+        print(f"flow.synth: error: {e}", file=sys.stderr)
+        return 1
+    print(summary_text(result), end="")
+    print(f"wrote {args.out / 'synth.json'}, {args.out / result['files']['netlist']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,68 @@
+"""flow.sta on the synthesised test design: three corners, sane slack and period figures."""
+import os
+from pathlib import Path
+
+import pytest
+
+from flow.sta import StaError, parse_paths, run_sta
+from flow.synth import synthesize
+
+DATA = Path(__file__).parent / "data"
+PDK = os.environ.get("NANGATE45_PDK", str(Path(__file__).resolve().parents[2] / "shared" / "pdk" / "nangate45"))
+
+
+@pytest.fixture(scope="module")
+def sta(tmp_path_factory):
+    os.environ.setdefault("NANGATE45_PDK", PDK)
+    base = tmp_path_factory.mktemp("sta")
+    synthesize(DATA / "mac_sram", base / "synth")
+    return base, run_sta(base / "synth", base / "sta", ["slow", "typical", "fast"], 10.0)
+
+
+def test_three_corners_with_sensible_numbers(sta):
+    base, r = sta
+    assert set(r["corners"]) == {"slow", "typical", "fast"}
+    assert (base / "sta" / "sta.json").is_file() and (base / "sta" / "sta.txt").is_file()
+    for corner, c in r["corners"].items():
+        # an 8x8 multiply and a 24-bit add take well under a 10 ns cycle but more than 0.5 ns in 45 nm
+        assert 0.5 < c["min_period_ns"] < 10.0, (corner, c)
+        assert c["met"] and c["tns_ns"] == 0.0
+        assert c["min_period_ns"] == pytest.approx(10.0 - c["wns_ns"], abs=1e-3)
+        assert 1 <= len(c["paths"]) <= 10
+        assert c["paths"][0]["slack_ns"] == pytest.approx(c["wns_ns"], abs=1e-3)
+        assert all(p["start"] and p["end"] and p["arrival_ns"] > 0 for p in c["paths"])
+    # slower library, later arrival
+    assert r["corners"]["slow"]["min_period_ns"] > r["corners"]["typical"]["min_period_ns"] \
+        > r["corners"]["fast"]["min_period_ns"]
+
+
+def test_tight_clock_violates(sta):
+    base, r = sta
+    tight = run_sta(base / "synth", base / "sta_tight", ["slow"], 2.0)["corners"]["slow"]
+    assert tight["wns_ns"] < 0 and tight["tns_ns"] < 0 and not tight["met"]
+    assert tight["min_period_ns"] == pytest.approx(2.0 - tight["wns_ns"], abs=1e-3)
+
+
+def test_missing_synth_says_run_synth(tmp_path):
+    with pytest.raises(StaError, match="run `make synth`"):
+        run_sta(tmp_path / "nothing", tmp_path / "sta", ["typical"], 10.0)
+
+
+def test_parse_paths_reads_a_full_report():
+    text = """Startpoint: a[3] (input port clocked by clk)
+Endpoint: lane0/_1224_ (rising edge-triggered flip-flop clocked by clk)
+Path Group: clk
+   2.9290   data arrival time
+   9.9590   data required time
+   7.0300   slack (MET)
+
+Startpoint: x (input port clocked by clk)
+Endpoint: y (output port clocked by clk)
+   12.5000   data arrival time
+   8.0000   data required time
+   -4.5000   slack (VIOLATED)
+"""
+    p = parse_paths(text)
+    assert [(x["start"], x["end"], x["slack_ns"], x["met"]) for x in p] == \
+        [("a[3]", "lane0/_1224_", 7.03, True), ("x", "y", -4.5, False)]
+    assert p[0]["arrival_ns"] == 2.929
