@@ -1,0 +1,158 @@
+"""Chip parameters: one frozen dataclass, the single source of truth for every hardware size.
+
+Number formats (SPEC_NANO_KPU.md §4.3), written down once:
+* weights: unsigned int4 nibbles 0..15, two input rows per byte (row 2r low nibble, 2r+1 high);
+* zero points: unsigned, ``zero_bits`` wide (values 0..15; the image stores them as uint8);
+* scales: signed two's complement ``scale_bits`` wide, Q3.12 (value = s / 2**scale_frac);
+* activations: signed two's complement ``act_bits`` wide (fraction bits are the caller's business:
+  the dequant-MAC is exact, its result carries frac(x) + scale_frac fraction bits).
+
+Every accumulator width below is derived from exact integer bounds over ``max_fan_in`` rows, so no
+sum can wrap for any input a caller may legally send (see ``signed_bits``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+
+NIBBLE_MAX = 15          # int4 weights are unsigned nibbles 0..15 (SPEC §4.3)
+NIBBLE_BITS = 4
+
+
+def signed_bits(lo: int, hi: int) -> int:
+    """Smallest two's complement width holding every integer in [lo, hi]."""
+    if lo > hi:
+        raise ValueError(f"empty range [{lo}, {hi}]")
+    bits = 1
+    while not (-(1 << (bits - 1)) <= lo and hi <= (1 << (bits - 1)) - 1):
+        bits += 1
+    return bits
+
+
+def _int_in(name: str, value: object, lo: int, hi: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
+        raise ValueError(f"{name} must be an integer in {lo}..{hi}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class ChipParams:
+    """Hardware parameters of one chip build (overrides via ``dataclasses.replace``)."""
+
+    name: str = "nano"
+    mac_lanes: int = 16         # output columns per beat = bytes per 16 B memory beat (SPEC §3)
+    act_bits: int = 16          # signed activation width fed to the MAC lanes
+    scale_bits: int = 16        # Q3.12 group scale (SPEC §4.3)
+    scale_frac: int = 12
+    zero_bits: int = 4          # zero point 0..15
+    max_fan_in: int = 512       # largest fan-in the accumulators are sized for (exactness bound)
+    clock_ns: float = 10.0      # target clock period (100 MHz)
+    mem_max_inflight: int = 64  # memory engine: reads in flight (covers base 24 + jitter 12 at 1 beat/cycle)
+    mem_len_bits: int = 24      # memory engine: bits of a read range's byte length
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.isidentifier():
+            raise ValueError(f"name must be an identifier-like string, got {self.name!r}")
+        _int_in("mac_lanes", self.mac_lanes, 1, 256)
+        if self.mac_lanes & (self.mac_lanes - 1):
+            raise ValueError(f"mac_lanes must be a power of two (bytes of a memory beat), got {self.mac_lanes}")
+        _int_in("act_bits", self.act_bits, 2, 32)
+        _int_in("scale_bits", self.scale_bits, 2, 32)
+        _int_in("scale_frac", self.scale_frac, 0, self.scale_bits - 1)
+        _int_in("zero_bits", self.zero_bits, NIBBLE_BITS, 8)
+        _int_in("max_fan_in", self.max_fan_in, 2, 1 << 16)
+        _int_in("mem_max_inflight", self.mem_max_inflight, 2, 1024)
+        _int_in("mem_len_bits", self.mem_len_bits, 8, 32)
+        if self.max_fan_in % 2:
+            raise ValueError(f"max_fan_in must be even (two int4 rows per byte), got {self.max_fan_in}")
+        if (isinstance(self.clock_ns, bool) or not isinstance(self.clock_ns, (int, float))
+                or not math.isfinite(self.clock_ns) or self.clock_ns <= 0):
+            raise ValueError(f"clock_ns must be a positive finite number, got {self.clock_ns!r}")
+
+    # Value ranges ------------------------------------------------------------------------------
+    @property
+    def act_range(self) -> tuple[int, int]:
+        return -(1 << (self.act_bits - 1)), (1 << (self.act_bits - 1)) - 1
+
+    @property
+    def scale_range(self) -> tuple[int, int]:
+        return -(1 << (self.scale_bits - 1)), (1 << (self.scale_bits - 1)) - 1
+
+    @property
+    def zero_max(self) -> int:
+        """Zero points are nibble values (SPEC §4.3), whatever width carries them."""
+        return NIBBLE_MAX
+
+    # Exact accumulator widths of the dequant-MAC lanes --------------------------------------
+    @property
+    def beat_qx_bits(self) -> int:
+        """q[2r]*x[2r] + q[2r+1]*x[2r+1] for one beat."""
+        lo, hi = self.act_range
+        return signed_bits(2 * NIBBLE_MAX * lo, 2 * NIBBLE_MAX * hi)
+
+    @property
+    def beat_x_bits(self) -> int:
+        lo, hi = self.act_range
+        return signed_bits(2 * lo, 2 * hi)
+
+    @property
+    def group_qx_bits(self) -> int:
+        """Σ q·x over one group (at most max_fan_in rows)."""
+        lo, hi = self.act_range
+        return signed_bits(self.max_fan_in * NIBBLE_MAX * lo, self.max_fan_in * NIBBLE_MAX * hi)
+
+    @property
+    def group_x_bits(self) -> int:
+        """Σ x over one group."""
+        lo, hi = self.act_range
+        return signed_bits(self.max_fan_in * lo, self.max_fan_in * hi)
+
+    @property
+    def group_d_bits(self) -> int:
+        """Σqx − z·Σx = Σ (q − z)·x with q − z in −15..15: |d| ≤ fan_in · 15 · 2**(act_bits−1)."""
+        a = 1 << (self.act_bits - 1)
+        return signed_bits(-self.max_fan_in * NIBBLE_MAX * a, self.max_fan_in * NIBBLE_MAX * a)
+
+    @property
+    def out_bits(self) -> int:
+        """Σ_g s·d over all groups: |y| ≤ fan_in · 2**(scale_bits−1) · 15 · 2**(act_bits−1).
+
+        The bound depends on the total fan-in only, not on the number of groups.
+        """
+        a = 1 << (self.act_bits - 1)
+        s = 1 << (self.scale_bits - 1)
+        bound = self.max_fan_in * s * NIBBLE_MAX * a
+        return signed_bits(-bound, bound)
+
+    # Serialisation -------------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ChipParams":
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ValueError(f"unknown ChipParams fields {unknown}; valid: {sorted(names)}")
+        return cls(**d)
+
+    def digest(self) -> str:
+        """A stable hash of the resolved parameters (sha256 of the sorted JSON, first 16 hex)."""
+        blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":")).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+
+PRESETS: dict[str, ChipParams] = {
+    "nano": ChipParams(),
+    # a narrow variant that simulates fast; same arithmetic, fewer lanes
+    "tiny": ChipParams(name="tiny", mac_lanes=4, max_fan_in=128),
+}
+
+
+def preset(name: str) -> ChipParams:
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise ValueError(f"unknown chip preset {name!r}; valid presets: {', '.join(sorted(PRESETS))}") from None

@@ -1,0 +1,97 @@
+"""Precision of the fixed-point model against the float32 golden model (SPEC §7 metrics).
+
+    python -m nano_k3.precision --seeds 20 [--config nano] [--positions 64] [--json out.json]
+
+For every seed and both group sizes (64, 128): weights.generate(cfg, seed) and
+generate_tokens(cfg, seed, positions), the golden and the fixed model run the same sequence, and
+every logits row is scored by row cosine; the argmax agreement uses the §7 rule. The target is the
+project's (ARCHITECTURE.md): every row 1 - cos <= 2e-5 and agreement 1.0; the exit status is 1
+if it is missed.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import numpy as np
+
+from .config import GROUP_SIZES, preset
+from .fixed import FixedModel
+from .golden import GoldenModel
+from .metrics import argmax_agreement, row_cosines
+from .weights import generate, generate_tokens
+
+MAX_ONE_MINUS_COS = 2e-5  # per logits row, vs the float32 golden model
+MIN_AGREEMENT = 1.0
+
+
+def run_case(cfg, seed: int, positions: int) -> dict:
+    """One image: golden vs fixed over ``positions`` tokens; returns per-row metrics."""
+    w = generate(cfg, seed)
+    tokens = generate_tokens(cfg, seed, positions)
+    ref = GoldenModel(w).forward_sequence(tokens).numpy().astype(np.float64)   # (T, vocab)
+    chip, picks = FixedModel(w).forward_sequence(tokens)                        # (T, vocab) int32
+    cos = row_cosines(chip, ref)
+    return {"seed": seed, "group": cfg.group_size, "one_minus_cos": (1.0 - cos).tolist(),
+            "agreement": argmax_agreement(chip, ref), "chip": chip, "ref": ref}
+
+
+def summarise(cases: list[dict]) -> dict:
+    omc = np.concatenate([c["one_minus_cos"] for c in cases])
+    chip = np.concatenate([c["chip"] for c in cases])
+    ref = np.concatenate([c["ref"] for c in cases])
+    worst = max(cases, key=lambda c: max(c["one_minus_cos"]))
+    return {"rows": int(omc.size), "min_cos": float(1.0 - omc.max()), "max_one_minus_cos": float(omc.max()),
+            "median_one_minus_cos": float(np.median(omc)),
+            "rows_over_bound": int((omc > MAX_ONE_MINUS_COS).sum()), "agreement": argmax_agreement(chip, ref),
+            "worst": {"seed": worst["seed"], "group": worst["group"],
+                      "position": int(np.argmax(worst["one_minus_cos"]))}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="Fixed-point vs float golden precision (SPEC §7 metrics).")
+    ap.add_argument("--seeds", type=int, default=20, help="number of random images (seeds 0..N-1)")
+    ap.add_argument("--first-seed", type=int, default=0)
+    ap.add_argument("--config", default="nano", help="model preset (nano, tiny)")
+    ap.add_argument("--positions", type=int, default=64, help="positions per sequence")
+    ap.add_argument("--groups", type=int, nargs="+", default=list(GROUP_SIZES), help="int4 group sizes")
+    ap.add_argument("--json", help="write the summary and per-seed numbers here")
+    args = ap.parse_args(argv)
+    base = preset(args.config)
+    if not 1 <= args.positions <= base.max_seq:
+        ap.error(f"--positions must be in 1..{base.max_seq} for {base.name}, got {args.positions}")
+
+    t0 = time.time()
+    cases: dict[int, list[dict]] = {g: [] for g in args.groups}
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
+        line = [f"seed {seed:3d}"]
+        for g in args.groups:
+            c = run_case(base.with_group(g), seed, args.positions)
+            cases[g].append(c)
+            line.append(f"g{g}: max 1-cos {max(c['one_minus_cos']):.2e} agree {c['agreement']:.3f}")
+        print("  ".join(line), f"({time.time() - t0:.1f} s)", flush=True)
+
+    report = {"config": base.name, "positions": args.positions, "seeds": args.seeds,
+              "bounds": {"max_one_minus_cos": MAX_ONE_MINUS_COS, "min_agreement": MIN_AGREEMENT},
+              "groups": {str(g): summarise(cs) for g, cs in cases.items()},
+              "overall": summarise([c for cs in cases.values() for c in cs])}
+    for name, s in [*((f"group {g}", report["groups"][g]) for g in report["groups"]), ("overall", report["overall"])]:
+        print(f"{name:10s} rows {s['rows']:5d}  min cos {s['min_cos']:.8f}  max 1-cos {s['max_one_minus_cos']:.3e}  "
+              f"median 1-cos {s['median_one_minus_cos']:.2e}  rows > bound {s['rows_over_bound']}  argmax agreement {s['agreement']:.4f}  "
+              f"worst seed {s['worst']['seed']} g{s['worst']['group']} pos {s['worst']['position']}")
+    ok = (report["overall"]["max_one_minus_cos"] <= MAX_ONE_MINUS_COS
+          and report["overall"]["agreement"] >= MIN_AGREEMENT)
+    report["pass"] = bool(ok)
+    if args.json:
+        per_seed = {str(g): [{"seed": c["seed"], "max_one_minus_cos": max(c["one_minus_cos"]),
+                              "agreement": c["agreement"]} for c in cs] for g, cs in cases.items()}
+        with open(args.json, "w") as fh:
+            json.dump({**report, "per_seed": per_seed}, fh, indent=2)
+    print("PASS" if ok else f"FAIL: bounds are 1-cos <= {MAX_ONE_MINUS_COS:g} and agreement >= {MIN_AGREEMENT}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

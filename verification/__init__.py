@@ -1,0 +1,1 @@
+"""Verification: cocotb + Verilator testbenches, simulation models of the storage macros, the runner."""
