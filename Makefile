@@ -6,7 +6,7 @@ STAMP   := .venv/.installed
 BUILD   := build
 BLOCK   ?= dequant_mac
 
-.PHONY: setup doctor rtl sim synth sta report demo test clean
+.PHONY: setup doctor rtl sim synth sta report demo test blocks pnr clean
 
 setup: $(STAMP)
 
@@ -33,6 +33,12 @@ report: $(STAMP)
 
 demo: sim sta
 	$(PY) -m flow.report --build $(BUILD) --brief
+
+blocks: $(STAMP)
+	$(PY) -m flow.blocks --out $(BUILD)/blocks
+
+pnr: synth
+	$(PY) -m flow.orfs --synth $(BUILD)/synth --rtl $(BUILD)/rtl --out $(BUILD)/orfs --run
 
 test: $(STAMP)
 	$(PY) -m pytest -q
