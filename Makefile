@@ -6,7 +6,7 @@ STAMP   := .venv/.installed
 BUILD   := build
 BLOCK   ?= dequant_mac
 
-.PHONY: setup doctor rtl sim synth sta report demo test blocks pnr clean
+.PHONY: setup doctor rtl sim synth sta report demo test blocks place pnr clean
 
 setup: $(STAMP)
 
@@ -36,6 +36,9 @@ demo: sim sta
 
 blocks: $(STAMP)
 	$(PY) -m flow.blocks --out $(BUILD)/blocks
+
+place: synth
+	$(PY) -m flow.place --synth $(BUILD)/synth --out $(BUILD)/place
 
 pnr: synth
 	$(PY) -m flow.orfs --synth $(BUILD)/synth --rtl $(BUILD)/rtl --out $(BUILD)/orfs --run

@@ -50,8 +50,13 @@ def progress(msg: str) -> None:
     print(f"[sta] {msg}", file=sys.stderr, flush=True)
 
 
-def tcl_script(liberty: Path, netlist: Path, top: str, clock: str, period_ns: float, paths_file: Path) -> str:
+def tcl_script(liberty: Path, netlist: Path, top: str, clock: str, period_ns: float, paths_file: Path,
+               parasitics: Path | None = None) -> str:
+    """The script of one corner; with ``parasitics`` (a SPEF, e.g. from flow/place.py) its wire RC replaces
+    the wire-load model."""
     io = IO_DELAY_FRACTION * period_ns
+    wires = (f"read_spef {{{parasitics}}}\nputs \"@@PARASITICS\"" if parasitics
+             else f"set_wire_load_model -name {WIRE_LOAD}")
     # OpenSTA 2.0 reports an error and goes on with the next command; the @@ markers let the caller check
     # that every step ran, and `catch` turns a Tcl error into a failed run.
     return f"""\
@@ -68,7 +73,7 @@ set_input_delay {io} -clock {clock} $ios
 set_output_delay {io} -clock {clock} [all_outputs]
 set_driving_cell -lib_cell {DRIVING_CELL[0]} -pin {DRIVING_CELL[1]} $ios
 set_load {OUTPUT_LOAD_FF} [all_outputs]
-set_wire_load_model -name {WIRE_LOAD}
+{wires}
 puts "@@WORST_SLACK_MAX [sta::worst_slack_cmd max]"
 puts "@@WORST_SLACK_MIN [sta::worst_slack_cmd min]"
 puts "@@TNS_MAX [sta::total_negative_slack_cmd max]"
@@ -108,9 +113,10 @@ def _marker(out: str, name: str) -> float | None:
 
 
 def run_corner(corner: str, liberty: Path, netlist: Path, top: str, clock: str, period_ns: float,
-               out: Path) -> dict:
+               out: Path, parasitics: Path | None = None) -> dict:
     tcl, log, paths_file = out / f"{corner}.tcl", out / f"{corner}.log", out / f"{corner}_paths.rpt"
-    tcl.write_text(tcl_script(liberty.resolve(), netlist.resolve(), top, clock, period_ns, paths_file.resolve()))
+    tcl.write_text(tcl_script(liberty.resolve(), netlist.resolve(), top, clock, period_ns, paths_file.resolve(),
+                              parasitics.resolve() if parasitics else None))
     t0 = time.monotonic()
     proc = subprocess.run(["sta", "-no_init", "-no_splash", "-exit", str(tcl)], capture_output=True, text=True,
                           stdin=subprocess.DEVNULL)
@@ -140,8 +146,10 @@ def run_corner(corner: str, liberty: Path, netlist: Path, top: str, clock: str, 
 
 
 def summary_text(r: dict) -> str:
-    lines = [f"OpenSTA {r['versions']['sta']} on {r['top']} at {r['period_ns']} ns ({r['constraints']['wire_load']} "
-             f"wire load, I/O delays {r['constraints']['io_delay_ns']} ns)",
+    con = r["constraints"]
+    wires = "SPEF parasitics" if con.get("parasitics") else f"{con['wire_load']} wire load"
+    lines = [f"OpenSTA {r['versions']['sta']} on {r['top']} at {r['period_ns']} ns ({wires}, "
+             f"I/O delays {con['io_delay_ns']} ns)",
              f"  {'corner':<8} {'WNS ns':>9} {'TNS ns':>9} {'hold ns':>9} {'min period ns':>14} {'fmax MHz':>9}"]
     for c, v in r["corners"].items():
         f = (lambda x, d=3: "-" if x is None else f"{x:.{d}f}")
@@ -155,7 +163,8 @@ def summary_text(r: dict) -> str:
 
 
 def run_sta(synth: Path, out: Path, corners: list[str], period_ns: float, clock: str = "clk",
-            cache: Path = REPO / "build" / "pdk_cache") -> dict:
+            cache: Path = REPO / "build" / "pdk_cache", parasitics: Path | None = None) -> dict:
+    """All corners; ``parasitics``: a SPEF to time with instead of the wire-load model (post-placement)."""
     synth_json = synth / "synth.json"
     if not synth_json.is_file():
         raise StaError(f"{synth_json} not found: run `make synth` (python -m flow.synth) first")
@@ -180,7 +189,8 @@ def run_sta(synth: Path, out: Path, corners: list[str], period_ns: float, clock:
     result_corners = {}
     for corner in corners:
         progress(f"{corner} corner: {s['top']} ({s['cells']['count']:,} cells) at {period_ns} ns ...")
-        r = run_corner(corner, pdk.plain_liberty(corner, cache), netlist, s["top"], clock, period_ns, stage)
+        r = run_corner(corner, pdk.plain_liberty(corner, cache), netlist, s["top"], clock, period_ns, stage,
+                       parasitics)
         progress(f"{corner}: WNS {r['wns_ns']} ns, min period {r['min_period_ns']} ns ({r['runtime_s']} s)")
         result_corners[corner] = r
     version = subprocess.run([sta_path, "-version"], capture_output=True, text=True).stdout.strip()
@@ -192,7 +202,9 @@ def run_sta(synth: Path, out: Path, corners: list[str], period_ns: float, clock:
         "period_ns": period_ns,
         "clock": clock,
         "constraints": {"io_delay_ns": round(IO_DELAY_FRACTION * period_ns, 4), "io_delay_fraction": IO_DELAY_FRACTION,
-                        "wire_load": WIRE_LOAD, "driving_cell": DRIVING_CELL[0], "output_load_ff": OUTPUT_LOAD_FF,
+                        "wire_load": None if parasitics else WIRE_LOAD,
+                        "parasitics": str(parasitics) if parasitics else None,
+                        "driving_cell": DRIVING_CELL[0], "output_load_ff": OUTPUT_LOAD_FF,
                         "clock_model": "ideal", "macros": "empty modules: paths cut at macro pins"},
         "corners": result_corners,
         "versions": {"sta": version},

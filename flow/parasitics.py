@@ -1,0 +1,137 @@
+"""Wire parasitics estimated from a placement (OpenROAD's ``estimate_parasitics -placement``, simplified),
+written as SPEF for OpenSTA.
+
+Model, per net:
+
+* length: the half-perimeter of the pins' bounding box (HPWL) times Cheng's Steiner correction factor
+  for its pin count (``steiner_factor``; 1.0 up to three pins, growing slowly above) - the expected length
+  of a rectilinear Steiner tree over random pins with that bounding box;
+* layers: horizontal wire on ``metal3`` and vertical wire on ``metal4``, the mid layers that carry most
+  signal wiring in a six-to-ten layer stack; their resistance (RPERSQ / width) and capacitance
+  (CPERSQDIST x width + 2 x EDGECAPACITANCE) per um come from the tech LEF (``RcModel.from_lef``);
+* network: a star from the driver pin to every sink pin, each branch with the resistance of the
+  Manhattan path between them; the net's total wire capacitance is shared equally among its pins.
+  OpenSTA reduces it to a pi model plus Elmore delays per sink. Vias and coupling are not modelled.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TextIO
+
+from flow.lefdef import Lef
+
+H_LAYER, V_LAYER = "metal3", "metal4"
+
+# Cheng (1994) wire-length correction of HPWL for a net's Steiner tree, by pin count; linear above 50.
+_STEINER = {1: 1.0, 2: 1.0, 3: 1.0, 4: 1.0828, 5: 1.1536, 6: 1.2206, 7: 1.2823, 8: 1.3385, 9: 1.3991, 10: 1.4493,
+            11: 1.4974, 12: 1.5455, 13: 1.5937, 14: 1.6418, 15: 1.6899, 20: 1.8924, 25: 2.0743, 30: 2.2334,
+            35: 2.3892, 40: 2.5337, 45: 2.6724, 50: 2.7886}
+
+
+def steiner_factor(pins: int) -> float:
+    if pins > 50:
+        return 2.7886 + 0.02616 * (pins - 50)
+    keys = sorted(_STEINER)
+    lo = max(k for k in keys if k <= pins)
+    hi = min(k for k in keys if k >= pins)
+    if lo == hi:
+        return _STEINER[lo]
+    return _STEINER[lo] + (_STEINER[hi] - _STEINER[lo]) * (pins - lo) / (hi - lo)
+
+
+@dataclass(frozen=True)
+class RcModel:
+    h_layer: str
+    v_layer: str
+    r_h: float     # ohm / um
+    r_v: float
+    c_h: float     # fF / um
+    c_v: float
+
+    @classmethod
+    def from_lef(cls, lef: Lef, h_layer: str = H_LAYER, v_layer: str = V_LAYER) -> "RcModel":
+        missing = [n for n in (h_layer, v_layer) if n not in lef.layers or not lef.layers[n].rpersq_ohm]
+        if missing:
+            raise ValueError(f"tech LEF lacks RESISTANCE RPERSQ / CAPACITANCE for layers {missing}")
+        h, v = lef.layers[h_layer], lef.layers[v_layer]
+        return cls(h_layer, v_layer, h.r_ohm_per_um, v.r_ohm_per_um, h.c_ff_per_um, v.c_ff_per_um)
+
+    def as_dict(self) -> dict:
+        return {"horizontal_layer": self.h_layer, "vertical_layer": self.v_layer,
+                "r_ohm_per_um": {self.h_layer: round(self.r_h, 5), self.v_layer: round(self.r_v, 5)},
+                "c_ff_per_um": {self.h_layer: round(self.c_h, 6), self.v_layer: round(self.c_v, 6)},
+                "length": "HPWL x Steiner factor (Cheng 1994)", "network": "star from the driver, C shared by pins"}
+
+
+@dataclass(frozen=True)
+class NetPins:
+    """A placed net: its name in the netlist, and per pin the SPEF node name, direction and position (um)."""
+    name: str
+    nodes: list[str | None]   # "inst:pin", a port name, or None: a pin OpenSTA does not see
+    is_port: list[bool]
+    is_driver: list[bool]
+    x: list[float]
+    y: list[float]
+
+
+_PLAIN = re.compile(r"[A-Za-z0-9_]")
+_BUS = re.compile(r"^(.*?)(\[\d+\])$")
+
+
+def spef_escape(name: str) -> str:
+    """A netlist name as a SPEF identifier: hierarchy '/' kept, a trailing bus index kept, every other
+    character that is not a letter, digit or '_' escaped with a backslash."""
+    parts = name.split("/")
+    out = []
+    for i, part in enumerate(parts):
+        bus = ""
+        m = _BUS.match(part) if i == len(parts) - 1 else None
+        if m:
+            part, bus = m.group(1), m.group(2)
+        out.append("".join(c if _PLAIN.match(c) else "\\" + c for c in part) + bus)
+    return "/".join(out)
+
+
+def spef_header(design: str) -> str:
+    return (f'*SPEF "IEEE 1481-1998"\n*DESIGN "{design}"\n*DATE "-"\n*VENDOR "nano-K3"\n'
+            f'*PROGRAM "flow.parasitics"\n*VERSION "1"\n*DESIGN_FLOW "PIN_CAP NONE"\n*DIVIDER /\n*DELIMITER :\n'
+            f"*BUS_DELIMITER [ ]\n*T_UNIT 1 NS\n*C_UNIT 1 FF\n*R_UNIT 1 OHM\n*L_UNIT 1 HENRY\n\n")
+
+
+def net_rc(net: NetPins, rc: RcModel) -> tuple[float, float, list[float]]:
+    """(wire length um, wire capacitance fF, per-pin branch resistance ohm from the driver)."""
+    n = len(net.nodes)
+    dx, dy = max(net.x) - min(net.x), max(net.y) - min(net.y)
+    k = steiner_factor(n)
+    length = (dx + dy) * k
+    cap = (dx * rc.c_h + dy * rc.c_v) * k
+    d = net.is_driver.index(True) if True in net.is_driver else 0
+    res = [abs(net.x[i] - net.x[d]) * rc.r_h + abs(net.y[i] - net.y[d]) * rc.r_v for i in range(n)]
+    return length, cap, res
+
+
+def write_dnet(f: TextIO, net: NetPins, rc: RcModel) -> tuple[float, float]:
+    """One *D_NET: an internal node ``<net>:1`` at the driver, a branch to every pin OpenSTA knows (``nodes``
+    entries that are None, such as macro pins of the empty macro modules, count for the length only).
+    Returns (length um, capacitance fF)."""
+    length, cap, res = net_rc(net, rc)
+    seen = [i for i, nd in enumerate(net.nodes) if nd is not None]
+    if not seen:
+        return length, cap
+    name = spef_escape(net.name)
+    nodes = {i: spef_escape(net.nodes[i]) if net.is_port[i] else
+             ":".join(spef_escape(part) for part in net.nodes[i].rsplit(":", 1)) for i in seen}
+    center = f"{name}:1"
+    per_node = cap / (len(seen) + 1)
+    f.write(f"*D_NET {name} {cap:.5f}\n*CONN\n")
+    for i in seen:
+        # a port that drives the net is an input of the design; a cell pin that drives it is an output
+        io = ("I" if net.is_driver[i] else "O") if net.is_port[i] else ("O" if net.is_driver[i] else "I")
+        f.write(f"*{'P' if net.is_port[i] else 'I'} {nodes[i]} {io}\n")
+    f.write(f"*CAP\n1 {center} {per_node:.5f}\n")
+    f.writelines(f"{k + 2} {nodes[i]} {per_node:.5f}\n" for k, i in enumerate(seen))
+    f.write("*RES\n")
+    f.writelines(f"{k + 1} {center} {nodes[i]} {max(res[i], 1e-3):.4f}\n" for k, i in enumerate(seen))
+    f.write("*END\n\n")
+    return length, cap

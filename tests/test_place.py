@@ -1,0 +1,139 @@
+"""flow.place on the small MAC design: a legal placed DEF, parasitics, post-placement timing, GDS, PNG."""
+import json
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+from flow.lefdef import read_def_components, read_lef
+from flow.parasitics import spef_escape, steiner_factor
+from flow.place import PlaceError, place
+from flow.synth import synthesize
+from pdk_config import find_pdk
+
+DATA = Path(__file__).parent / "data"
+PDK = os.environ.get("NANGATE45_PDK", str(Path(__file__).resolve().parents[2] / "shared" / "pdk" / "nangate45"))
+
+
+@pytest.fixture(autouse=True)
+def pdk_env(monkeypatch):
+    monkeypatch.setenv("NANGATE45_PDK", PDK)
+
+
+@pytest.fixture(scope="module")
+def placed(tmp_path_factory):
+    os.environ.setdefault("NANGATE45_PDK", PDK)
+    base = tmp_path_factory.mktemp("place")
+    synth = synthesize(DATA / "mac_sram", base / "synth")
+    return base, synth, place(base / "synth", base / "place", utilization=0.6, effort=2)
+
+
+def test_every_component_placed_inside_the_die_on_rows(placed):
+    base, synth, r = placed
+    out = base / "place"
+    d = read_def_components(out / "mac_sram.def")
+    pdk = find_pdk()
+    lef = read_lef(pdk.cell_lef, read_lef(pdk.tech_lef))
+    for ram in pdk.fakerams:
+        read_lef(ram.lef, lef)
+    x0, y0, x1, y1 = d["die"]
+    comps = d["components"]
+    std = [c for c in comps if c["status"] == "PLACED"]
+    macros = [c for c in comps if c["status"] == "FIXED"]
+    assert len(std) == r["cells_placed"] == synth["cells"]["count"]
+    assert [c["master"] for c in macros] == ["fakeram45_64x32"] and r["macros_placed"] == 1
+    rows = {(row["y"], row["orient"]): row for row in d["rows"]}
+    size = {c["name"]: (round(lef.masters[c["master"]].width_um * d["dbu"]),
+                        round(lef.masters[c["master"]].height_um * d["dbu"])) for c in comps}
+    for c in comps:
+        w, h = size[c["name"]]
+        assert x0 <= c["x"] and c["x"] + w <= x1 and y0 <= c["y"] and c["y"] + h <= y1, c
+    for c in std:
+        row = rows.get((c["y"], c["orient"]))            # on a row, with the row's orientation
+        assert row is not None, c
+        on_some = [rw for rw in d["rows"] if rw["y"] == c["y"] and rw["x"] <= c["x"]
+                   and c["x"] + size[c["name"]][0] <= rw["x"] + rw["num_x"] * rw["step_x"]
+                   and (c["x"] - rw["x"]) % rw["step_x"] == 0]
+        assert on_some, f"{c['name']} at {c['x']},{c['y']} is not on a site of a row"
+    # no two cells overlap: all cells of a sample of rows, plus every cell against the macro
+    by_y = {}
+    for c in std:
+        by_y.setdefault(c["y"], []).append(c)
+    for y in random.Random(1).sample(sorted(by_y), min(10, len(by_y))):
+        cells = sorted(by_y[y], key=lambda c: c["x"])
+        for a, b in zip(cells, cells[1:]):
+            assert a["x"] + size[a["name"]][0] <= b["x"], (a, b)
+    m = macros[0]
+    mw, mh = size[m["name"]]
+    for c in std:
+        w, h = size[c["name"]]
+        assert c["x"] + w <= m["x"] or c["x"] >= m["x"] + mw or c["y"] + h <= m["y"] or c["y"] >= m["y"] + mh, c
+
+
+def test_report_numbers(placed):
+    base, synth, r = placed
+    assert json.loads((base / "place" / "place.json").read_text()) == json.loads(json.dumps(r))
+    assert 0.5 <= r["utilization"] <= 0.65
+    assert r["die"]["area_um2"] == pytest.approx(r["die"]["width_um"] * r["die"]["height_um"], rel=1e-6)
+    assert r["die"]["area_um2"] > synth["area"]["logic_um2"] + r["macro_area_um2"]
+    assert r["hpwl_um"] > 0 and r["steiner_wire_um"] >= r["hpwl_um"] * 0.99
+    assert r["roms_as_logic"] == ["scale_rom"]
+    assert r["io_pins"] == 1 + 1 + 1 + 8 + 8 + 6 + 1 + 6 + 32 + 24 + 24
+    assert (base / "place" / "place.txt").read_text().startswith("placement of mac_sram")
+    assert not (base / "place.tmp").exists()
+
+
+def test_parasitics_and_post_placement_timing(placed):
+    base, _, r = placed
+    spef = (base / "place" / "mac_sram.spef").read_text()
+    assert spef.startswith("*SPEF") and spef.count("*D_NET") > 1000
+    assert "*D_NET lane0/prod[3]" in spef or "*I lane0/" in spef
+    sta = json.loads((base / "place" / "sta" / "sta.json").read_text())
+    assert set(sta["corners"]) == set(r["sta"]) == {"slow", "typical", "fast"}
+    assert sta["constraints"]["parasitics"] and sta["constraints"]["wire_load"] is None
+    for corner in ("slow", "typical", "fast"):
+        c = r["sta"][corner]
+        assert 0.5 < c["min_period_ns"] < 10.0 and c["met"], (corner, c)
+        log = (base / "place" / "sta" / f"{corner}.log").read_text()
+        assert "@@PARASITICS" in log and "Warning" not in log, log[:2000]
+    assert r["sta"]["slow"]["min_period_ns"] > r["sta"]["typical"]["min_period_ns"] > r["sta"]["fast"]["min_period_ns"]
+
+
+def test_gds_and_pictures(placed):
+    base, _, r = placed
+    import klayout.db as db
+    out = base / "place"
+    for key in ("gds", "png", "placement_png"):
+        assert (out / r["files"][key]).stat().st_size > 10_000, key
+    layout = db.Layout()
+    layout.read(str(out / "mac_sram.gds"))
+    top = layout.cell("mac_sram")
+    assert top is not None and top.child_instances() == r["cells_placed"]
+    assert (out / "mac_sram.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_missing_synth_says_run_synth(tmp_path):
+    with pytest.raises(PlaceError, match="run `make synth`"):
+        place(tmp_path / "nothing", tmp_path / "place")
+
+
+def test_missing_pdk_is_reported(tmp_path, monkeypatch, placed):
+    base, _, _ = placed
+    monkeypatch.setenv("NANGATE45_PDK", str(tmp_path / "no_pdk"))
+    monkeypatch.delenv("FLOW_HOME", raising=False)
+    monkeypatch.delenv("ORFS_HOME", raising=False)
+    with pytest.raises(PlaceError, match="Nangate45 PDK not found"):
+        place(base / "synth", tmp_path / "place")
+
+
+def test_bad_utilization_is_rejected(tmp_path):
+    with pytest.raises(PlaceError, match="utilization must be within"):
+        place(tmp_path, tmp_path / "place", utilization=1.5)
+
+
+def test_spef_names_and_steiner_factor():
+    assert spef_escape("lane0/prod[3]") == "lane0/prod[3]"
+    assert spef_escape("$signal$11[4]") == "\\$signal\\$11[4]"
+    assert steiner_factor(2) == 1.0 and steiner_factor(4) > 1.0
+    assert steiner_factor(100) > steiner_factor(50) > steiner_factor(10)
