@@ -24,6 +24,7 @@ MODELS = Path(__file__).resolve().parent / "models"
 GENERATED_WAIVERS: dict[str, str] = {
     "PROCASSINIT": "yosys write_verilog mirrors each register's reset value as a declaration initialiser; "
                    "the synchronous reset assigns the same value",
+    "DECLFILENAME": "Amaranth writes a component and all its submodules into one .v file named after the top",
     "UNUSEDSIGNAL": "debug wires Amaranth emits for every struct/array field, and the carry bit of its "
                     "widened adders that the destination truncates (widths proven in hw.params)",
     "WIDTHEXPAND": "implicit sign extension of $signed operands in yosys output; Verilog semantics match "
