@@ -20,12 +20,14 @@ import numpy as np
 from .config import L2_EPS, RMS_EPS, ROUTER_SCALE, ModelConfig
 from .fxp_math import (LOG2E_Q24, apply_mant, kda_decay, l2norm, recip, rmsnorm, sigmoid, silu,
                        softmax_combine, softmax_exp, softmax_probs, to_log2)
-from .fxp_ops import ALPHA, LOGIT, RW, UNIT, P, S, X, embed_row, mac_input, matvec, round_shift
+from .fxp_ops import (ACC_FRAC, ALPHA, LOGIT, RW, UNIT, P, S, X, embed_row, mac_input, matvec, round_shift,
+                      wide_dot)
 from .int4 import dequant_matvec
 from .tensors import MatSpec, ParamSpec, tensor_specs
 from .weights import Weights
 
-ROUTER_SCALE_Q14 = round(ROUTER_SCALE * (1 << 14))  # 2.828 in UQ2.14 = 46334
+ROUTER_SCALE_FRAC = 24
+ROUTER_SCALE_Q24 = round(ROUTER_SCALE * (1 << ROUTER_SCALE_FRAC))  # 2.828 in UQ2.24 = 47445967 (rel. err 3e-9)
 Q4_11 = 11                                          # fractional bits of the Q4.11 parameters
 
 
@@ -44,8 +46,8 @@ def kda_beta(b) -> np.ndarray:
 def kda_alpha(f, a_q88, dtb) -> np.ndarray:
     """alpha = exp(-5 sigmoid(A (f + dtb))): f (H, dh) X, A (H,) UQ8.8, dtb (H, dh) Q4.11 -> ALPHA.
 
-    f + dtb is formed in X (dtb shifted left by 5), times A gives 24 fractional bits, rounded back
-    to X before the decay table.
+    f + dtb is formed in X (dtb shifted left by X.frac - 11), times A gives X.frac + 8 fractional
+    bits, rounded back to X before the decay table.
     """
     fx = np.asarray(f, dtype=np.int64) + (np.asarray(dtb, dtype=np.int64) << (X.frac - Q4_11))
     g = X.fit(fx * np.asarray(a_q88, dtype=np.int64)[:, None], X.frac + 8)   # (H, dh)
@@ -55,14 +57,14 @@ def kda_alpha(f, a_q88, dtb) -> np.ndarray:
 def kda_state_update(S_, q_hat, k_hat, v, beta, alpha) -> tuple[np.ndarray, np.ndarray]:
     """One position of the delta rule for all heads (SPEC §6.3 step 6), without the 1/sqrt(dh).
 
-    S_ (H, dh, dh) in S (Q4.20); q_hat, k_hat (H, dh) UNIT; v (H, dh) X; beta (H,) P;
+    S_ (H, dh, dh) in S (Q4.28); q_hat, k_hat (H, dh) UNIT; v (H, dh) X; beta (H,) P;
     alpha (H, dh) ALPHA. Returns (S', read) with read = q_hat . S' in S format. The 1/sqrt(dh)
     of the spec is folded into the gated norm's epsilon (``gated_norm``), which is exact.
     """
     S_ = np.asarray(S_, dtype=np.int64)
     k_hat = np.asarray(k_hat, dtype=np.int64)
     S_ = round_shift(S_ * np.asarray(alpha, dtype=np.int64)[:, :, None], ALPHA.frac)  # decay rows
-    kS = round_shift(np.einsum("hi,hij->hj", k_hat, S_), UNIT.frac)                  # (H, dh) frac 18
+    kS = round_shift(np.einsum("hi,hij->hj", k_hat, S_), UNIT.frac)                  # (H, dh) frac 28
     u = S.fit((np.asarray(v, dtype=np.int64) << (S.frac - X.frac)) - kS, S.frac)     # (H, dh)
     bu = round_shift(u * np.asarray(beta, dtype=np.int64)[:, None], P.frac)          # (H, dh)
     S_ = S.fit(S_ + round_shift(k_hat[:, :, None] * bu[:, None, :], UNIT.frac), S.frac)
@@ -89,11 +91,11 @@ def mla_score_const(dq: int) -> int:
 def mla_attention(q, keys, values, c_q24: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """q (H, dq) X; keys (T, H, dq) X; values (T, H, dv) X -> (ctx (H, dv) X, scores X, e P).
 
-    Scores are exact 24x24-bit dot products rounded to X; the softmax runs in base 2 with the
-    1/sqrt(dq) folded into ``c_q24``; context = sum e v / sum e (one reciprocal per head).
+    Scores are exact 32x32-bit dot products rounded once to X (``wide_dot``); the softmax runs in
+    base 2 with the 1/sqrt(dq) folded into ``c_q24``; context = sum e v / sum e (one reciprocal
+    per head).
     """
-    dots = np.einsum("hd,thd->ht", np.asarray(q, dtype=np.int64), np.asarray(keys, dtype=np.int64))
-    scores = round_shift(dots, X.frac)                                # (H, T) X, unscaled q . k
+    scores = X.fit(wide_dot("hd,thd->ht", q, keys, X.frac), X.frac)    # (H, T) X, unscaled q . k
     e = softmax_exp(to_log2(scores, X.frac, c_q24))                     # (H, T) P
     ctx = softmax_combine(e, np.asarray(values, dtype=np.int64).transpose(1, 0, 2), X.frac)
     return ctx, scores, e
@@ -101,11 +103,15 @@ def mla_attention(q, keys, values, c_q24: int) -> tuple[np.ndarray, np.ndarray, 
 
 # --- residual mixing ---------------------------------------------------------------------------
 def residual_mix(cands, w, proj) -> tuple[np.ndarray, np.ndarray]:
-    """MIX of §6.2: cands (n, d) in X, oldest first; w Q2.13, proj Q4.11 (d,) -> (mixed X, e P)."""
+    """MIX of §6.2: cands (n, d) in X, oldest first; w Q2.13, proj Q4.11 (d,) -> (mixed X, e P).
+
+    The score r . proj is exact (32 x 16-bit products, X.frac + 11 fractional bits) and rounded to
+    X before the log2(e) multiply.
+    """
     cands = np.asarray(cands, dtype=np.int64)
     r = rmsnorm(cands, X.frac, w)                                       # (n, d) X
-    score = r @ np.asarray(proj, dtype=np.int64)                        # (n,) frac 27
-    e = softmax_exp(to_log2(score, X.frac + Q4_11))                     # (n,) P
+    score = X.fit(r @ np.asarray(proj, dtype=np.int64), X.frac + Q4_11)  # (n,) X
+    e = softmax_exp(to_log2(score, X.frac))                             # (n,) P
     return softmax_combine(e, cands, X.frac), e
 
 
@@ -122,9 +128,15 @@ def router_select(scores, bias, k: int) -> np.ndarray:
 
 
 def router_weights(chosen) -> np.ndarray:
-    """chosen (k,) scores in P -> chosen / sum(chosen) * 2.828 in RW (UQ2.22)."""
+    """chosen (k,) scores in P -> chosen / sum(chosen) * 2.828 in RW (UQ2.22).
+
+    When every chosen score is exactly 0 (all their logits at or below the sigmoid table's -16
+    saturation) the sum has no reciprocal; the weights are then 0, as in the chip.
+    """
     chosen = np.asarray(chosen, dtype=np.int64)
-    num = round_shift(chosen * ROUTER_SCALE_Q14, 14)                    # (k,) frac 23
+    if chosen.sum() == 0:
+        return np.zeros_like(chosen)
+    num = round_shift(chosen * ROUTER_SCALE_Q24, ROUTER_SCALE_FRAC)     # (k,) frac 23
     mant, e = recip(chosen.sum(), P.frac)
     return RW.fit(apply_mant(num, P.frac, mant, e, RW.frac), RW.frac)
 
@@ -242,7 +254,7 @@ class FixedModel:
         o = self._mv(gated, n + "o")                                               # (d,) X
         if tr is not None:
             # The golden read-out includes 1/sqrt(dh); apply it here for the trace only.
-            read_tr = round_shift(read * round((1 << 16) / math.sqrt(dh)), 16)
+            read_tr = round_shift(read * round((1 << 24) / math.sqrt(dh)), 24)
             vals = (*pre, q, k, v, beta, f, alpha, z, self.state[i], read_tr, gated, o)
             keys = ("q_pre", "k_pre", "v_pre", "q", "k", "v", "beta", "f", "alpha", "z", "S", "read",
                     "gated", "o")
@@ -266,7 +278,7 @@ class FixedModel:
         o = self._mv(ctx, n + "o")                                                 # (d,) X
         if tr is not None:
             # The golden scores include 1/sqrt(dq); apply it here for the trace only.
-            sc = round_shift(scores * round((1 << 16) / math.sqrt(q.shape[-1])), 16)
+            sc = round_shift(scores * round((1 << 24) / math.sqrt(q.shape[-1])), 24)
             vals = (lat, q, k, v, sc, softmax_probs(e), ctx, o)
             tr.update({f"L{i}.mla.{key}": val.copy() for key, val in
                        zip(("c", "q", "k", "v", "scores", "probs", "ctx", "o"), vals)})
@@ -335,7 +347,7 @@ class FixedModel:
         hn = rmsnorm(x, X.frac, self.p["final_norm.w"])                            # (d,) X
         hq, hs, hz, hg = self.mats["head"]
         m, m_frac = mac_input(hn, X.frac)
-        logits = logits_out(dequant_matvec(m, hq, hs, hz, hg), m_frac + 12).astype(np.int32)  # (vocab,)
+        logits = logits_out(dequant_matvec(m, hq, hs, hz, hg), m_frac + ACC_FRAC).astype(np.int32)  # (vocab,)
         if trace is not None:
             trace["final.norm"], trace["logits"] = hn, logits.astype(np.int64)
         self.pos += 1

@@ -11,12 +11,13 @@ import math
 import numpy as np
 
 from . import luts as L
-from .fxp_ops import UNIT, P, X, log2_exact, normalise, round_shift
+from .fxp_ops import SQ_FRAC, UNIT, P, T, X, log2_exact, normalise, round_shift, wide_dot
 
 MANT_FRAC = 23           # rsqrt / recip mantissas are UQ1.23
 ONE_P = 1 << P.frac      # 1.0 in format P
 # Constants of the datapath, rounded once (the only place a float meets the design).
 LOG2E_Q24 = round(math.log2(math.e) * (1 << 24))  # log2(e), UQ2.24 (25 bits)
+C_FRAC = 24              # fractional bits of the score-to-exponent constants (log2 e and its scaled forms)
 
 
 def eps_int(eps: float, frac: int) -> int:
@@ -30,13 +31,14 @@ def rsqrt(m, frac: int) -> tuple[np.ndarray, np.ndarray]:
 
     Normalise m by its leading-one position L to u = m / 2^Ee in [1, 4) with Ee = L - frac rounded
     down to even (so the square root of 2^Ee is the shift e = -Ee/2); the table is indexed by the
-    octave parity p and the 7 mantissa bits below the leading one, the next 16 bits interpolate.
+    octave parity p and the top RSQRT_INDEX - 1 mantissa bits below the leading one, the other
+    RSQRT_INTERP bits (of 23) interpolate.
     """
     t, lead = normalise(m, 23)                   # t in [2^23, 2^24)
     E = lead - frac
     p = E & 1                                    # octave parity (two's complement & is floor-mod)
     man = t - (1 << 23)                          # 23 bits below the leading one
-    idx = (p << 7) | (man >> L.RSQRT_INTERP)
+    idx = (p << (L.RSQRT_INDEX - 1)) | (man >> L.RSQRT_INTERP)
     mant = L.tables()["rsqrt"].lookup(idx, man & ((1 << L.RSQRT_INTERP) - 1))
     return mant, -((E - p) >> 1)
 
@@ -55,19 +57,29 @@ def apply_mant(v, v_frac: int, mant, e, out_frac: int) -> np.ndarray:
 
 
 # --- norms -------------------------------------------------------------------------------------
+def sum_squares(v, v_frac: int) -> np.ndarray:
+    """sum(v^2) over the last axis with SQ_FRAC (32) fractional bits: exact sum, one rounding.
+
+    v is at most 32 bits, so the squares are 32 x 32-bit products; the accumulator is exact and
+    rounds half up once to SQ_FRAC fractional bits (``wide_dot``).
+    """
+    v = np.asarray(v, dtype=np.int64)
+    return wide_dot("...i,...i->...", v, v, 2 * v_frac - SQ_FRAC)[..., None]   # (..., 1)
+
+
 def rmsnorm(v, v_frac: int, w, eps: float = 1e-5, out=X) -> np.ndarray:
     """RN(v, w) = v / sqrt(mean(v^2) + eps) * (1 + w/8192) over the last axis -> ``out`` (default X).
 
     w is the Q2.13 norm offset; the gain 8192 + w is a 14-bit unsigned multiplier. The mean is
-    folded into the rsqrt exponent (length must be a power of two), eps into an integer constant,
-    so sum(v^2) + eps*n is exact.
+    folded into the rsqrt exponent (length must be a power of two), eps into an integer constant
+    with SQ_FRAC fractional bits added to the sum of squares (``sum_squares``).
     """
     v = np.asarray(v, dtype=np.int64)
     n = v.shape[-1]
     sh = log2_exact(n, "RMSNorm length")
-    ss = (v * v).sum(-1, keepdims=True) + eps_int(eps * n, 2 * v_frac)   # (..., 1) frac 2*v_frac
-    mant, e = rsqrt(ss, 2 * v_frac + sh)                                  # rsqrt of the mean
-    y = apply_mant(v, v_frac, mant, e, X.frac)                            # (..., n) frac 16
+    ss = sum_squares(v, v_frac) + eps_int(eps * n, SQ_FRAC)              # (..., 1) frac 32
+    mant, e = rsqrt(ss, SQ_FRAC + sh)                                     # rsqrt of the mean
+    y = apply_mant(v, v_frac, mant, e, X.frac)                            # (..., n) X.frac
     gain = np.int64(8192) + np.asarray(w, dtype=np.int64)                 # (n,) UQ2.13
     return out.fit(y * gain, X.frac + 13)
 
@@ -75,28 +87,28 @@ def rmsnorm(v, v_frac: int, w, eps: float = 1e-5, out=X) -> np.ndarray:
 def l2norm(v, v_frac: int, eps: float = 1e-6) -> np.ndarray:
     """v / sqrt(sum v^2 + eps) over the last axis -> UNIT (Q1.23, saturating at 1 - 2^-23)."""
     v = np.asarray(v, dtype=np.int64)
-    ss = (v * v).sum(-1, keepdims=True) + eps_int(eps, 2 * v_frac)
-    mant, e = rsqrt(ss, 2 * v_frac)
+    ss = sum_squares(v, v_frac) + eps_int(eps, SQ_FRAC)                  # (..., 1) frac 32
+    mant, e = rsqrt(ss, SQ_FRAC)
     return UNIT.fit(apply_mant(v, v_frac, mant, e, UNIT.frac), UNIT.frac)
 
 
 # --- exp, sigmoid, SiLU, decay -----------------------------------------------------------------
 def exp2_neg(t) -> np.ndarray:
-    """2^-t for t >= 0 with 16 fractional bits -> P (UQ1.23); integer part of t is a right shift."""
+    """2^-t for t >= 0 with T.frac (24) fractional bits -> P (UQ1.23); integer part of t is a right shift."""
     t = np.asarray(t, dtype=np.int64)
     if np.any(t < 0):
         raise ValueError(f"exp2_neg needs t >= 0, got min {t.min()}")
-    n = np.minimum(t >> 16, 40)
-    f = t & 0xFFFF
+    n = np.minimum(t >> T.frac, 40)
+    f = t & ((1 << T.frac) - 1)
     val = L.tables()["exp2"].lookup(f >> L.EXP2_INTERP, f & ((1 << L.EXP2_INTERP) - 1))
     return round_shift(val, n)
 
 
 def sigmoid(x) -> np.ndarray:
-    """sigmoid(x), x in X (frac 16) -> P (UQ1.23). Table on |x| < 16, symmetry for x < 0, 1 beyond."""
+    """sigmoid(x), x in X -> P (UQ1.23). Table on |x| < 16, symmetry for x < 0, 1 beyond."""
     x = np.asarray(x, dtype=np.int64)
     a = np.abs(x)
-    inside = a < (L.SIGMOID_RANGE << 16)
+    inside = a < (L.SIGMOID_RANGE << X.frac)
     ac = np.where(inside, a, 0)
     val = L.tables()["sigmoid"].lookup(ac >> L.SIGMOID_INTERP, ac & ((1 << L.SIGMOID_INTERP) - 1))
     val = np.where(inside, val, ONE_P)
@@ -104,22 +116,22 @@ def sigmoid(x) -> np.ndarray:
 
 
 def silu(x) -> np.ndarray:
-    """x * sigmoid(x): X -> X (24 x 24-bit multiply, round half up, saturate)."""
+    """x * sigmoid(x): X -> X (32 x 24-bit multiply, round half up, saturate)."""
     x = np.asarray(x, dtype=np.int64)
     return X.fit(x * sigmoid(x), X.frac + P.frac)
 
 
 def kda_decay(g) -> np.ndarray:
-    """alpha = exp(-5 sigmoid(g)), g in X (frac 16) clamped to [-16, 16) -> ALPHA (UQ0.24)."""
-    lim = L.DECAY_RANGE << 16
-    u = np.clip(np.asarray(g, dtype=np.int64), -lim, lim - 1) + lim   # 0 .. 2^21 - 1
+    """alpha = exp(-5 sigmoid(g)), g in X clamped to [-16, 16) -> ALPHA (UQ0.23)."""
+    lim = L.DECAY_RANGE << X.frac
+    u = np.clip(np.asarray(g, dtype=np.int64), -lim, lim - 1) + lim   # 0 .. 2^(X.frac + 5) - 1
     return L.tables()["kda_decay"].lookup(u >> L.DECAY_INTERP, u & ((1 << L.DECAY_INTERP) - 1))
 
 
 # --- softmax -----------------------------------------------------------------------------------
 def to_log2(s, s_frac: int, c_q24: int = LOG2E_Q24) -> np.ndarray:
-    """Scores -> base-2 exponent with 16 fractional bits: s * c (c = log2 e times any score scale)."""
-    return round_shift(np.asarray(s, dtype=np.int64) * c_q24, s_frac + 24 - 16)
+    """Scores -> base-2 exponent in T: s * c (c = log2 e times any score scale, C_FRAC bits), saturated."""
+    return T.fit(np.asarray(s, dtype=np.int64) * c_q24, s_frac + C_FRAC)
 
 
 def softmax_exp(t) -> np.ndarray:
@@ -131,14 +143,13 @@ def softmax_exp(t) -> np.ndarray:
 def softmax_combine(e, vals, v_frac: int, out=X) -> np.ndarray:
     """sum_i e_i vals_i / sum_i e_i: e (..., n) in P, vals (..., n, d) -> (..., d) in ``out``.
 
-    The numerator is rounded to 16 fractional bits, then scaled by the reciprocal of the sum
-    (LUT + leading-zero shift): only one division-free multiply per output element.
+    The numerator (exact, 24 x 32-bit products) is rounded to X.frac fractional bits, then scaled
+    by the reciprocal of the sum (LUT + leading-zero shift): one division-free multiply per element.
     """
     e = np.asarray(e, dtype=np.int64)
-    num = np.einsum("...n,...nd->...d", e, np.asarray(vals, dtype=np.int64))   # frac 23 + v_frac
-    num = round_shift(num, P.frac + v_frac - 16)                                # frac 16
+    num = wide_dot("...n,...nd->...d", e, vals, P.frac + v_frac - X.frac)     # (..., d) X.frac
     mant, ex = recip(e.sum(-1, keepdims=True), P.frac)                          # (..., 1)
-    return out.fit(apply_mant(num, 16, mant, ex, out.frac), out.frac)
+    return out.fit(apply_mant(num, X.frac, mant, ex, out.frac), out.frac)
 
 
 def softmax_probs(e) -> np.ndarray:

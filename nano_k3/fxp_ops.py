@@ -50,16 +50,19 @@ class Fmt:
 
 
 # The formats of the datapath (docs/fixed_point.md is the table that explains each one).
-X = Fmt("X", 24, 16)             # vectors between blocks: residual stream, norms, matvec outputs, KV cache
-A = Fmt("A", 16, 0)              # MAC-array input mantissa (int16); its exponent is per vector (mac_input)
+X = Fmt("X", 32, 24)             # vectors between blocks: residual stream, norms, matvec outputs, KV cache
+A = Fmt("A", 24, 0)              # MAC-array input mantissa (int24); its exponent is per vector (mac_input)
 UNIT = Fmt("UNIT", 24, 23)       # L2-normalised q_hat, k_hat (|v| <= 1, saturates at 1 - 2^-23)
 P = Fmt("P", 24, 23, False)      # probabilities, sigmoid and exp outputs, reciprocal mantissas
-ALPHA = Fmt("ALPHA", 24, 24, False)  # KDA decay alpha in (e^-5, 1)
-S = Fmt("S", 24, 20)             # KDA state and its read-out
+ALPHA = Fmt("ALPHA", 23, 23, False)  # KDA decay alpha in (e^-5, 1)
+S = Fmt("S", 32, 28)             # KDA state and its read-out
 RW = Fmt("RW", 24, 22, False)    # router weights (<= 2.828)
+T = Fmt("T", 32, 24)             # base-2 softmax exponents t = score x log2(e) (scaled), |t| < 128
 LOGIT = Fmt("LOGIT", 32, 16)     # int32 logits written by the chip: real logit x 2^16
-MAC_FRAC_MAX = 30                # largest block exponent (frac bits) of a MAC-input vector
-FORMATS = {f.name: f for f in (X, A, UNIT, P, ALPHA, S, RW, LOGIT)}
+ACC_FRAC = SCALE_FRAC            # fractional bits the dequant-MAC adds to its input's (Q3.12 scales)
+SQ_FRAC = 32                     # fractional bits of a norm's sum of squares (rmsnorm, l2norm)
+MAC_FRAC_MAX = X.frac + A.bits - 2   # largest block exponent of a MAC-input vector: X's 1 LSB, normalised
+FORMATS = {f.name: f for f in (X, A, UNIT, P, ALPHA, S, RW, T, LOGIT)}
 
 
 def round_shift(v, s) -> np.ndarray:
@@ -117,36 +120,63 @@ def log2_exact(n: int, what: str) -> int:
 
 
 def mac_input(v, v_frac: int) -> tuple[np.ndarray, int]:
-    """Block floating point for the MAC array: (int16 mantissas, shared fractional bits) of a vector.
+    """Block floating point for the MAC array: (A mantissas, shared fractional bits) of a vector.
 
     The exponent comes from the leading-one position of max|v| (a leading-zero count over the
-    vector) so that the largest mantissa uses the top bit: 2^14 <= max|m| < 2^15, rounded half up
-    and saturated (a round-up to 2^15 clips to 32767). A zero vector gets MAC_FRAC_MAX.
+    vector) so that the largest mantissa uses the top bit: 2^22 <= max|m| < 2^23 for A = int24,
+    rounded half up and saturated (a round-up to 2^23 clips to A.hi). The fractional bits are
+    capped at MAC_FRAC_MAX (a zero vector gets the cap); every X vector with a nonzero element
+    reaches the top bit below the cap.
     """
     v = np.asarray(v, dtype=np.int64)
     mx = int(np.abs(v).max()) if v.size else 0
-    shift = max(int(bit_length(mx)) - 15, v_frac - MAC_FRAC_MAX) if mx else v_frac - MAC_FRAC_MAX
-    return saturate(round_shift(v, shift), 16), v_frac - shift
+    floor = v_frac - MAC_FRAC_MAX
+    shift = max(int(bit_length(mx)) - (A.bits - 1), floor) if mx else floor
+    return saturate(round_shift(v, shift), A.bits), v_frac - shift
+
+
+_SPLIT = 16  # wide_dot splits its second operand into 16-bit halves so no int64 partial sum wraps
+
+
+def wide_dot(subscripts: str, a, b, shift: int) -> np.ndarray:
+    """round_shift(einsum(subscripts, a, b), shift), exact for products wider than int64 allows.
+
+    The chip's dot-product accumulators are as wide as the exact sum (e.g. 32 x 32-bit products
+    summed over 64 terms: 70 bits) and round once at the end. numpy has int64 only, so b is split
+    as b = hi * 2^16 + lo (lo unsigned 16 bits) and the two partial sums are combined without
+    forming the full sum: sum = c * 2^16 + low with c = hi_sum + (lo_sum >> 16) and
+    0 <= low < 2^16. For shift > 16 the result is round_shift(c, shift - 16) (low cannot carry
+    across the rounding point); otherwise c * 2^(16 - shift) + round_shift(low, shift). Exact as
+    long as a times 16 bits, summed, and the result fit in int64.
+    """
+    a = np.asarray(a, dtype=np.int64)
+    b = np.asarray(b, dtype=np.int64)
+    hi, lo = b >> _SPLIT, b & ((1 << _SPLIT) - 1)
+    lo_sum = np.einsum(subscripts, a, lo)
+    c = np.einsum(subscripts, a, hi) + (lo_sum >> _SPLIT)
+    if shift > _SPLIT:
+        return round_shift(c, shift - _SPLIT)
+    return (c << (_SPLIT - shift)) + round_shift(lo_sum & ((1 << _SPLIT) - 1), shift)
 
 
 def matvec(m, m_frac: int, q: np.ndarray, s: np.ndarray, z: np.ndarray, group: int) -> np.ndarray:
-    """The MAC array: int16 mantissas m (fan_in,) with m_frac fractional bits -> x . dequant(W) in X.
+    """The MAC array: A mantissas m (fan_in,) with m_frac fractional bits -> x . dequant(W) in X.
 
-    The accumulator (``int4.dequant_matvec``) is exact with m_frac + 12 fractional bits; only the
-    final requantisation to X rounds (half up) and saturates.
+    The accumulator (``int4.dequant_matvec``) is exact with m_frac + ACC_FRAC fractional bits; only
+    the final requantisation to X rounds (half up) and saturates.
     """
     m = np.asarray(m, dtype=np.int64)
     if m.size and (m.min() < A.lo or m.max() > A.hi):
-        raise ValueError(f"MAC inputs must be int16, got range {m.min()}..{m.max()}")
-    return X.fit(dequant_matvec(m, q, s, z, group), m_frac + SCALE_FRAC)
+        raise ValueError(f"MAC inputs must be int{A.bits}, got range {m.min()}..{m.max()}")
+    return X.fit(dequant_matvec(m, q, s, z, group), m_frac + ACC_FRAC)
 
 
 def embed_row(q_row: np.ndarray, s_row: np.ndarray, z_row: np.ndarray, group: int) -> np.ndarray:
     """Dequantise one token-major embedding row through the MAC array (input 1, fan-in 1) -> X.
 
     q_row (d,) nibbles, s_row/z_row (G,) per group along d. Each column is one output of a
-    fan-in-1 matvec with input 1 (frac 0), so the result is s * (q - z) with 12 fractional bits,
-    exact; it is shifted left into X.
+    fan-in-1 matvec with input 1 (frac 0), so the result is s * (q - z) with ACC_FRAC (12)
+    fractional bits, exact; it is shifted left into X.
     """
     d = q_row.shape[0]
     cols = np.arange(d) // group                                  # (d,) group of each element

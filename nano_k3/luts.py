@@ -8,8 +8,12 @@ multiple of 8. Evaluation is piecewise-linear interpolation in integers (``Lut.l
 
 where ``i`` is the top bits of the (normalised) input and ``r`` the next ``interp_bits`` bits.
 ``delta[i] = base(next knot) - base[i]`` is taken from the rounded knot values, so the
-interpolant is continuous. Floats appear only here, when the tables are built; the model and the
-chip see integers. ``tables()`` builds them once and caches them.
+interpolant is continuous. The knots are f(x_i) moved by half the mean sagitta of the two
+segments they end (equi-ripple: the chord error of a segment, h^2 f''/8, becomes +-h^2 f''/16),
+except knot 0 of recip and exp2, kept exact so that 1/1 and 2^0 are exactly 1.0 (a softmax's
+largest term is exactly 1; a one-element softmax returns its value). Floats appear only here,
+when the tables are built; the model and the chip see integers. ``tables()`` builds them once
+and caches them.
 
     python -m nano_k3.luts -o build/rtl/roms     # writes <name>.hex for every table + luts.json
 """
@@ -27,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from .config import KDA_LOG_DECAY_MIN
-from .fxp_ops import round_shift
+from .fxp_ops import ALPHA, T, X, round_shift
 
 
 @dataclass(frozen=True)
@@ -85,10 +89,17 @@ class Lut:
 
 
 def _build(name: str, doc: str, f, x0: float, step: float, index_bits: int, interp_bits: int,
-           out_frac: int, base_bits: int, delta_bits: int, max_knot: float | None = None) -> Lut:
+           out_frac: int, base_bits: int, delta_bits: int, max_knot: float | None = None,
+           exact_at_0: bool = False) -> Lut:
     """Tabulate f at knots x0 + i*step (i = 0..depth), pack (base, delta), measure the error."""
     depth = 1 << index_bits
     knots = np.array([f(x0 + i * step) for i in range(depth + 1)], dtype=np.float64)
+    mids = np.array([f(x0 + (i + 0.5) * step) for i in range(depth)], dtype=np.float64)
+    sag = mids - (knots[:-1] + knots[1:]) / 2                     # (depth,) chord error at mid-segment
+    shift = np.zeros(depth + 1)
+    shift[1:-1] = (sag[:-1] + sag[1:]) / 4
+    shift[0], shift[-1] = (0.0 if exact_at_0 else sag[0] / 2), sag[-1] / 2
+    knots = knots + shift
     ints = np.rint(knots * (1 << out_frac)).astype(np.int64)
     if max_knot is not None:
         ints = np.minimum(ints, int(max_knot))
@@ -109,17 +120,29 @@ def _sigmoid(x: float) -> float:
 
 
 # Table parameters, referenced by fxp_math (which implements the index/fraction extraction).
-RSQRT_INDEX, RSQRT_INTERP = 8, 16     # 1 octave-parity bit + 7 mantissa bits; 16 interpolation bits
-RECIP_INDEX, RECIP_INTERP = 8, 15     # 8 mantissa bits; 15 interpolation bits
-EXP2_INDEX, EXP2_INTERP = 8, 8        # f in [0, 1) with 16 fractional bits
-SIGMOID_INDEX, SIGMOID_INTERP = 9, 11  # |x| in [0, 16), step 1/32, x with 16 fractional bits
-SIGMOID_RANGE = 16
-DECAY_INDEX, DECAY_INTERP = 10, 11     # g in [-16, 16), step 1/32, g with 16 fractional bits
-DECAY_RANGE = 16
+# Index + interpolation bits cover the whole input: 23 mantissa bits below the leading one for
+# rsqrt/recip (``fxp_ops.normalise``), T.frac bits of the exponent fraction for exp2, the X
+# fractional bits plus log2 of the range for sigmoid and the decay.
+MANT_BITS = 23
+SIGMOID_RANGE = 16                    # |x| in [0, 16)
+DECAY_RANGE = 16                      # g in [-16, 16)
+# Depths: the decay (into every KDA state update) and the sigmoid (router scores, SiLU, gates)
+# dominate the model's error, so they get the deep tables; see docs/fixed_point.md.
+RSQRT_INDEX = 9                       # 1 octave-parity bit + 8 mantissa bits
+RSQRT_INTERP = MANT_BITS - (RSQRT_INDEX - 1)
+RECIP_INDEX = 9                       # 9 mantissa bits
+RECIP_INTERP = MANT_BITS - RECIP_INDEX
+EXP2_INDEX = 8                        # f in [0, 1), step 1/256
+EXP2_INTERP = T.frac - EXP2_INDEX
+SIGMOID_INDEX = 11                    # step 16/2048 = 1/128
+SIGMOID_INTERP = X.frac + 4 - SIGMOID_INDEX
+DECAY_INDEX = 12                      # step 32/4096 = 1/128
+DECAY_INTERP = X.frac + 5 - DECAY_INDEX
+DECAY_DELTA_BITS = 17                 # max |delta| = 0.302 * 2^23 / 128 < 2^15; 23 + 17 = 40-bit words
 
 
 def _rsqrt_lut() -> Lut:
-    # Entry i = (p, m): u = (1 + m/128) * 2^p, p the octave parity of the normalised input.
+    # Entry i = (p, m): u = (1 + m/half) * 2^p, p the octave parity of the normalised input.
     depth = 1 << RSQRT_INDEX
     half = depth // 2
 
@@ -127,34 +150,34 @@ def _rsqrt_lut() -> Lut:
         p, m = (0, i) if i < half else (1, i - half)
         return (1 + m / half) * 2.0 ** p
 
-    return _build("rsqrt", "1/sqrt(u), u = (1 + m/128) * 2^p in [1, 4); index {p, m[6:0]}; out UQ1.23",
-                  lambda i: 1 / math.sqrt(u(i)), 0.0, 1.0, RSQRT_INDEX, RSQRT_INTERP, 23, 24, 16)
+    return _build("rsqrt", f"1/sqrt(u), u = (1 + m/{half}) * 2^p in [1, 4); index {{p, m[{RSQRT_INDEX - 2}:0]}}; "
+                  "out UQ1.23", lambda i: 1 / math.sqrt(u(i)), 0.0, 1.0, RSQRT_INDEX, RSQRT_INTERP, 23, 24, 16)
 
 
 def _recip_lut() -> Lut:
     n = 1 << RECIP_INDEX
-    return _build("recip", "1/u, u in [1, 2), 8 mantissa bits index; out UQ1.23",
-                  lambda x: 1 / x, 1.0, 1.0 / n, RECIP_INDEX, RECIP_INTERP, 23, 24, 16)
+    return _build("recip", f"1/u, u in [1, 2), {RECIP_INDEX} mantissa bits index; out UQ1.23",
+                  lambda x: 1 / x, 1.0, 1.0 / n, RECIP_INDEX, RECIP_INTERP, 23, 24, 16, exact_at_0=True)
 
 
 def _exp2_lut() -> Lut:
     n = 1 << EXP2_INDEX
     return _build("exp2", "2^-f, f in [0, 1) (softmax: e^x = 2^(x log2 e), integer part by shift); out UQ1.23",
-                  lambda f: 2.0 ** -f, 0.0, 1.0 / n, EXP2_INDEX, EXP2_INTERP, 23, 24, 16)
+                  lambda f: 2.0 ** -f, 0.0, 1.0 / n, EXP2_INDEX, EXP2_INTERP, 23, 24, 16, exact_at_0=True)
 
 
 def _sigmoid_lut() -> Lut:
     n = 1 << SIGMOID_INDEX
     return _build("sigmoid", "sigmoid(a), a = |x| in [0, 16); sigmoid(-a) = 1 - sigmoid(a); out UQ1.23",
-                  _sigmoid, 0.0, SIGMOID_RANGE / n, SIGMOID_INDEX, SIGMOID_INTERP, 23, 24, 24)
+                  _sigmoid, 0.0, SIGMOID_RANGE / n, SIGMOID_INDEX, SIGMOID_INTERP, 23, 24, 16)
 
 
 def _decay_lut() -> Lut:
     n = 1 << DECAY_INDEX
-    return _build("kda_decay", "alpha = exp(-5 sigmoid(g)), g in [-16, 16) (clamped); out UQ0.24",
+    return _build("kda_decay", f"alpha = exp(-5 sigmoid(g)), g in [-16, 16) (clamped); out UQ0.{ALPHA.frac}",
                   lambda g: math.exp(KDA_LOG_DECAY_MIN * _sigmoid(g)),
-                  -DECAY_RANGE, 2 * DECAY_RANGE / n, DECAY_INDEX, DECAY_INTERP, 24, 24, 24,
-                  max_knot=(1 << 24) - 1)
+                  -DECAY_RANGE, 2 * DECAY_RANGE / n, DECAY_INDEX, DECAY_INTERP, ALPHA.frac, ALPHA.bits,
+                  DECAY_DELTA_BITS, max_knot=(1 << ALPHA.bits) - 1)
 
 
 @functools.cache

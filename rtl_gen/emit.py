@@ -16,8 +16,14 @@ from amaranth.hdl import Shape
 from amaranth.lib import data, stream, wiring
 
 from hw.dequant_mac import DequantMacLanes
+from hw.kda_engine import kda_engine_block, kda_engine_derived
+from hw.lut_unit import lut_unit_block, lut_unit_derived
+from hw.mla_engine import mla_engine_block, mla_engine_derived
 from hw.mem_engine import SPEC_ADDR_WIDTH, SPEC_BEAT_BITS, MemEngine
+from hw.moe_router import moe_router_block, moe_router_derived
 from hw.params import ChipParams
+from hw.res_mixer import res_mixer_block, res_mixer_derived
+from hw.vector_unit import vector_unit_block, vector_unit_derived
 
 CONFIG_NAME = "config.json"
 CONFIG_FORMAT = 1
@@ -51,11 +57,22 @@ def _mem_engine_derived(p: ChipParams) -> dict:
 
 
 BLOCKS: dict[str, Block] = {
+    "moe_router": Block(top="moe_router", build=moe_router_block, derived=moe_router_derived,
+                        doc="MoE router: sigmoid scores, biased top-k, renormalised weights (hw.moe_router.MoeRouter)"),
+    "kda_engine": Block(top="kda_engine", build=kda_engine_block, derived=kda_engine_derived,
+                        doc="KDA engine: conv, L2 norms, gates, state update, gated norm (hw.kda_engine.KdaEngine)"),
     "dequant_mac": Block(top="dequant_mac", build=DequantMacLanes, derived=_dequant_mac_derived,
                          doc="INT4 dequant-MAC lane group (hw.dequant_mac.DequantMacLanes)"),
     "mem_engine": Block(top="mem_engine", build=_mem_engine,
                         derived=_mem_engine_derived,
                         doc="memory engine: read ranges and write beats on the SPEC port (hw.mem_engine.MemEngine)"),
+    "lut_unit": Block(top="lut_unit", build=lut_unit_block, derived=lut_unit_derived,
+                      doc="LUT unit: every table function side by side (hw.lut_unit.LutUnit)"),
+    "vector_unit": Block(top="vector_unit", build=vector_unit_block, derived=vector_unit_derived,
+                         doc="vector unit: elementwise, RMSNorm/L2 norm, softmax exp (hw.vector_unit.VectorUnit)"),
+    "mla_engine": Block(top="mla_engine", build=mla_engine_block, derived=mla_engine_derived,
+                        doc="MLA engine: k/v cache, scores, base-2 softmax, context (hw.mla_engine.MlaEngine)"),
+                       doc="residual mixer: RMSNorm scores, softmax, combine (hw.res_mixer.ResMixer)"),
 }
 
 

@@ -5,16 +5,18 @@ import numpy as np
 import pytest
 
 from nano_k3.config import NANO, TINY
-from nano_k3.fixed import (FixedModel, argmax, expert_hidden, kda_alpha, kda_conv, kda_state_update,
-                           gated_norm, logits_out, mla_attention, moe_combine, residual_mix, router_select,
-                           router_weights)
-from nano_k3.fxp_math import exp2_neg, l2norm, rmsnorm, sigmoid, silu, softmax_combine, softmax_exp, to_log2
-from nano_k3.fxp_ops import X, bit_length, mac_input, matvec, round_shift, saturate
+from nano_k3.fixed import (ROUTER_SCALE_Q24, FixedModel, argmax, expert_hidden, kda_alpha, kda_conv,
+                           kda_state_update, gated_norm, logits_out, mla_attention, moe_combine, residual_mix,
+                           router_select, router_weights)
+from nano_k3.fxp_math import (LOG2E_Q24, exp2_neg, l2norm, rmsnorm, sigmoid, silu, softmax_combine, softmax_exp,
+                              to_log2)
+from nano_k3.fxp_ops import (ALPHA, MAC_FRAC_MAX, SQ_FRAC, UNIT, A, P, S, T, X, bit_length, mac_input, matvec,
+                             round_shift, saturate, wide_dot)
 from nano_k3.golden import GoldenModel
 from nano_k3.metrics import argmax_agreement, row_cosines
 from nano_k3.weights import generate, generate_tokens
 
-ONE_X, ONE_P = 1 << 16, 1 << 23
+ONE_X, ONE_P, ONE_S = 1 << X.frac, 1 << P.frac, 1 << S.frac
 MAX_ONE_MINUS_COS = 2e-5  # the project's precision target (ARCHITECTURE.md), never loosened
 
 
@@ -34,7 +36,7 @@ def test_round_shift_is_round_half_up():
 def test_saturate_and_fit():
     assert saturate(a(40000, -40000, 5), 16).tolist() == [32767, -32768, 5]
     assert X.fit(a(1 << 40, -(1 << 40)), 16).tolist() == [X.hi, X.lo]
-    assert X.fit(a(3), 17).tolist() == [2]                                   # 1.5 LSB -> 2
+    assert X.fit(a(3), X.frac + 1).tolist() == [2]                           # 1.5 LSB -> 2
 
 
 def test_bit_length():
@@ -44,16 +46,36 @@ def test_bit_length():
 
 
 def test_mac_input_block_floating_point():
-    m, f = mac_input(a(1 << 16, -(1 << 15)), 16)
-    assert m.tolist() == [16384, -8192] and f == 14
-    m, f = mac_input(a(65535), 0)                     # rounds up to 2^15: saturates
-    assert m.tolist() == [32767] and f == -1
-    m, f = mac_input(a(0, 0), 16)                     # zero vector: largest exponent
-    assert m.tolist() == [0, 0] and f == 30
-    m, f = mac_input(a(3, -1), 16)                    # small values: exact left shift
-    assert m.tolist() == [3 << 13, -(1 << 13)] and f == 29
-    m, f = mac_input(a(1), 20)                        # exponent capped at MAC_FRAC_MAX = 30
-    assert m.tolist() == [1 << 10] and f == 30
+    assert A.bits == 24 and MAC_FRAC_MAX == 46
+    m, f = mac_input(a(1 << 24, -(1 << 23)), 24)      # 1.0, -0.5 in X: top mantissa bit is 2^22
+    assert m.tolist() == [1 << 22, -(1 << 21)] and f == 22
+    m, f = mac_input(a((1 << 24) - 1), 0)             # rounds up to 2^23: saturates
+    assert m.tolist() == [A.hi] and f == -1
+    m, f = mac_input(a(0, 0), 24)                     # zero vector: largest exponent
+    assert m.tolist() == [0, 0] and f == MAC_FRAC_MAX
+    m, f = mac_input(a(3, -1), 24)                    # small values: exact left shift
+    assert m.tolist() == [3 << 21, -(1 << 21)] and f == 45
+    m, f = mac_input(a(1), 30)                        # exponent capped at MAC_FRAC_MAX
+    assert m.tolist() == [1 << 16] and f == MAC_FRAC_MAX
+    m, f = mac_input(a((1 << 25) + 4, -7), 24)        # rounding half up below the 24-bit mantissa
+    assert m.tolist() == [(1 << 22) + 1, -1] and f == 21
+
+
+def test_wide_dot_is_exact_beyond_int64():
+    rng = np.random.default_rng(5)
+    q = rng.integers(X.lo, X.hi, (3, 64))               # full-range 32-bit operands: 70-bit sums
+    k = rng.integers(X.lo, X.hi, (5, 3, 64))
+    got = wide_dot("hd,thd->ht", q, k, X.frac)
+    exact = [[(sum(int(x) * int(y) for x, y in zip(q[h], k[t, h])) + (1 << (X.frac - 1))) >> X.frac
+              for t in range(5)] for h in range(3)]
+    assert got.tolist() == exact
+    for sh in (-2, 0, 1, 15, 16, 17, 40):                                # both combining paths
+        got = wide_dot("hd,thd->ht", q >> 20, k, sh)
+        sums = [[sum(int(x >> 20) * int(y) for x, y in zip(q[h], k[t, h])) for t in range(5)] for h in range(3)]
+        want = [[(v + (1 << (sh - 1))) >> sh if sh > 0 else v << -sh for v in row] for row in sums]
+        assert got.tolist() == want, sh
+    assert wide_dot("i,i->", a(3), a(5), 1).tolist() == 8              # 7.5 -> 8
+    assert wide_dot("i,i->", a(-3), a(5), 1).tolist() == -7            # -7.5 -> -7 (half up)
 
 
 def test_matvec_matches_float_dequant():
@@ -64,27 +86,45 @@ def test_matvec_matches_float_dequant():
     x = rng.integers(-30000, 30000, 128)
     y = matvec(x, 13, q, s, z, 64)
     w = (q - np.repeat(z, 64, 0)) * np.repeat(s, 64, 0) / 4096
-    assert np.abs(y / 65536 - (x / 8192) @ w).max() <= 0.5 / 65536 + 1e-12   # one rounding only
+    assert np.abs(y / ONE_X - (x / 8192) @ w).max() <= 0.5 / ONE_X + 1e-12   # one rounding only
     with pytest.raises(ValueError):
-        matvec(a(40000), 0, q[:1], s[:1], z[:1], 1)
+        matvec(a(A.hi + 1), 0, q[:1], s[:1], z[:1], 1)
 
 
 # --- norms -----------------------------------------------------------------------------------
 def test_rmsnorm_hand_values_and_zero_vector():
-    y = rmsnorm(a(3, 4, 0, 0) * ONE_X, 16, a(0, 0, 0, 0))            # rms = 2.5
-    assert np.abs(y - np.array([1.2, 1.6, 0, 0]) * ONE_X).max() <= 2
-    y = rmsnorm(a(3, 4, 0, 0) * ONE_X, 16, a(4096, 0, 0, 0))         # gain 1.5 on element 0
-    assert abs(int(y[0]) - round(1.8 * ONE_X)) <= 2
-    assert rmsnorm(a(0, 0, 0, 0), 16, a(0, 0, 0, 0)).tolist() == [0, 0, 0, 0]
+    y = rmsnorm(a(3, 4, 0, 0) * ONE_X, X.frac, a(0, 0, 0, 0))        # rms = 2.5 (eps 1e-5 shifts 1.6e-6)
+    want = np.array([3, 4, 0, 0]) / np.sqrt(6.25 + 1e-5)
+    assert np.abs(y / ONE_X - want).max() <= 2e-6                    # rsqrt table 7.8e-7, relative
+    y = rmsnorm(a(3, 4, 0, 0) * ONE_X, X.frac, a(4096, 0, 0, 0))     # gain 1.5 on element 0
+    assert abs(y[0] / ONE_X - 1.5 * want[0]) <= 2e-6
+    assert rmsnorm(a(0, 0, 0, 0), X.frac, a(0, 0, 0, 0)).tolist() == [0, 0, 0, 0]
+    y = rmsnorm(a(3, 4, 0, 0) * ONE_S, S.frac, a(0, 0, 0, 0))        # S input (gated norm), same result
+    assert np.abs(y / ONE_X - want).max() <= 2e-6
     with pytest.raises(ValueError, match="power of two"):
-        rmsnorm(a(1, 2, 3), 16, a(0, 0, 0))
+        rmsnorm(a(1, 2, 3), X.frac, a(0, 0, 0))
+
+
+def test_norms_of_full_range_vectors_do_not_wrap():
+    big = np.full(64, X.hi, np.int64)                                 # sum of squares needs 68 bits
+    y = rmsnorm(big, X.frac, np.zeros(64, np.int64))
+    assert np.abs(y / ONE_X - 1).max() <= 2e-6
+    u = l2norm(big, X.frac)
+    assert np.abs(u / (1 << UNIT.frac) - 1 / 8).max() <= 2e-6
+    assert SQ_FRAC == 32
 
 
 def test_l2norm_hand_values_and_zero_vector():
-    y = l2norm(a(3, 4) * ONE_X, 16)
-    assert np.abs(y - np.array([0.6, 0.8]) * (1 << 23)).max() <= 8
-    assert l2norm(a(0, 0), 16).tolist() == [0, 0]
-    assert l2norm(a(5 * ONE_X, 0), 16).tolist() == [(1 << 23) - 1, 0]    # saturates just below 1
+    y = l2norm(a(3, 4) * ONE_X, X.frac)
+    assert np.abs(y - np.array([0.6, 0.8]) * (1 << UNIT.frac)).max() <= 8
+    assert l2norm(a(0, 0), X.frac).tolist() == [0, 0]
+    y = l2norm(a(5 * ONE_X, 0), X.frac)                                   # 1 within the rsqrt error
+    assert y[1] == 0 and 0 <= UNIT.hi - y[0] <= 1e-6 * (1 << UNIT.frac)
+    rng = np.random.default_rng(2)
+    v = rng.integers(4 * ONE_X, 100 * ONE_X, (200, 1)) * rng.choice([-1, 1], (200, 1))
+    u = l2norm(v, X.frac)                                                 # one-element vectors: +-1
+    assert u.max() <= UNIT.hi and u.min() >= UNIT.lo
+    assert np.abs(np.abs(u) - (1 << UNIT.frac)).max() <= 1e-6 * (1 << UNIT.frac)
 
 
 # --- nonlinearities --------------------------------------------------------------------------
@@ -98,18 +138,20 @@ def test_sigmoid_exact_points_and_symmetry():
 
 def test_silu():
     assert silu(a(0, 100 * ONE_X, -100 * ONE_X)).tolist() == [0, 100 * ONE_X, 0]
-    assert abs(int(silu(a(ONE_X))[0]) - round(ONE_X / (1 + np.exp(-1)))) <= 2
+    assert abs(silu(a(ONE_X))[0] / ONE_X - 1 / (1 + np.exp(-1))) <= 5e-7     # sigmoid table 4.4e-7
 
 
 def test_exp2_and_softmax():
-    assert exp2_neg(a(0, ONE_X, 2 * ONE_X, 64 * ONE_X)).tolist() == [ONE_P, ONE_P // 2, ONE_P // 4, 0]
+    one_t = 1 << T.frac
+    assert exp2_neg(a(0, one_t, 2 * one_t, 64 * one_t)).tolist() == [ONE_P, ONE_P // 2, ONE_P // 4, 0]
     with pytest.raises(ValueError):
         exp2_neg(a(-1))
-    e = softmax_exp(a(5 * ONE_X, 5 * ONE_X))                     # equal scores
+    e = softmax_exp(a(5 * one_t, 5 * one_t))                     # equal scores
     assert e.tolist() == [ONE_P, ONE_P]
-    out = softmax_combine(e, a([2, 4], [4, 8]) * ONE_X, 16)    # average of the two rows
+    out = softmax_combine(e, a([2, 4], [4, 8]) * ONE_X, X.frac)  # average of the two rows
     assert np.abs(out - a(3, 6) * ONE_X).max() <= 1
-    assert to_log2(a(ONE_X), 16).tolist() == [round(np.log2(np.e) * ONE_X)]
+    assert to_log2(a(ONE_X), X.frac).tolist() == [LOG2E_Q24]      # log2(e) in T (24 fractional bits)
+    assert to_log2(a(X.hi), X.frac).tolist() == [T.hi]            # saturates
 
 
 # --- KDA -------------------------------------------------------------------------------------
@@ -118,27 +160,27 @@ def test_kda_conv_hand_value():
     taps = a([1024, 1024, 1024, 1024], [0, 0, 0, -2048])      # ch0: 4 x 0.5 = 2, ch1: -1
     y = kda_conv(window, taps)
     want = np.array([2 / (1 + np.exp(-2)), -1 / (1 + np.exp(1))]) * ONE_X
-    assert np.abs(y - want).max() <= 3
+    assert np.abs(y - want).max() <= 1e-6 * ONE_X                # sigmoid table 4.4e-7 times |x| <= 2
 
 
 def test_kda_decay_range():
     alpha = kda_alpha(np.zeros((1, 3), np.int64), a(256), a([0, 2048 * 8, -2048 * 8]))
-    want = np.exp(-5 / (1 + np.exp(-np.array([0.0, 8, -8])))) * (1 << 24)
-    assert np.abs(alpha - want).max() <= 3e-5 * (1 << 24)
+    want = np.exp(-5 / (1 + np.exp(-np.array([0.0, 8, -8]))))
+    assert np.abs(alpha / (1 << ALPHA.frac) - want).max() <= 1e-6
 
 
 def test_kda_state_update_delta_rule_by_hand():
     H, dh = 1, 4
     S0 = np.zeros((H, dh, dh), np.int64)
     e0 = np.zeros((H, dh), np.int64)
-    e0[0, 0] = (1 << 23) - 1                                   # unit vector, saturated just below 1
+    e0[0, 0] = UNIT.hi                                         # unit vector, saturated just below 1
     v = np.array([[1, -2, 3, 0]], np.int64) * ONE_X
-    S1, read = kda_state_update(S0, e0, e0, v, a(ONE_P), np.full((H, dh), (1 << 24) - 1))
-    assert np.abs(S1[0, 0] / 2**20 - [1, -2, 3, 0]).max() < 1e-5 and not S1[0, 1:].any()
-    assert np.abs(read[0] / 2**20 - [1, -2, 3, 0]).max() < 1e-5
+    S1, read = kda_state_update(S0, e0, e0, v, a(ONE_P), np.full((H, dh), ALPHA.hi))
+    assert np.abs(S1[0, 0] / ONE_S - [1, -2, 3, 0]).max() < 1e-6 and not S1[0, 1:].any()
+    assert np.abs(read[0] / ONE_S - [1, -2, 3, 0]).max() < 1e-6
     # Same key again with beta = 1: the error u is ~0, so the state stays put.
-    S2, _ = kda_state_update(S1, e0, e0, v, a(ONE_P), np.full((H, dh), (1 << 24) - 1))
-    assert np.abs(S2 - S1).max() <= 8
+    S2, _ = kda_state_update(S1, e0, e0, v, a(ONE_P), np.full((H, dh), ALPHA.hi))
+    assert np.abs(S2 - S1).max() <= 2e-6 * ONE_S
 
 
 def test_gated_norm_zero_read_is_zero():
@@ -167,12 +209,13 @@ def test_router_ties_prefer_lower_index():
     assert router_select(scores, a(0, 0, 0, 0, 0), 2).tolist() == [1, 2]
     assert router_select(scores, a(0, 0, 0, 1, 0), 2).tolist() == [3, 1]     # bias 1/2048 wins
     w = router_weights(a(ONE_P // 2, ONE_P // 2))
-    assert w.tolist() == [46334 << 7, 46334 << 7]                            # 2.828 in UQ2.14, halved
+    half = round(ROUTER_SCALE_Q24 / 8)                                       # 2.828 / 2 in UQ2.22
+    assert w.tolist() == [half, half] and abs(half / 2**22 - 1.414) < 1e-7
 
 
 def test_expert_hidden_and_moe_combine():
     assert expert_hidden(a(0, 100 * ONE_X), a(5 * ONE_X, 2 * ONE_X)).tolist() == [0, X.hi]   # 200 saturates
-    out = moe_combine(a(ONE_X), a([2 * ONE_X]), a(1 << 21))                  # 1 + 0.5 * 2
+    out = moe_combine(a(ONE_X), a([2 * ONE_X]), a(1 << 21))                  # 1 + 0.5 * 2 (RW UQ2.22)
     assert out.tolist() == [2 * ONE_X]
 
 
@@ -226,3 +269,8 @@ def test_64_nano_positions_under_10_seconds():
     t0 = time.perf_counter()
     FixedModel(w).forward_sequence(tokens)
     assert time.perf_counter() - t0 < 10.0
+
+
+def test_router_weights_zero_sum_gives_zero_weights():
+    from nano_k3.fixed import router_weights
+    assert router_weights(np.zeros(2, dtype=np.int64)).tolist() == [0, 0]

@@ -54,6 +54,9 @@ def run(rtl: Path, out: Path, seed: int) -> dict:
         raise SystemExit(f"sim: {cfg_path} not found; run `make rtl` first")
     cfg, _ = read_config(cfg_path)
     block = cfg["block"]
+    if block == "chip":         # the whole chip has its own runs, metrics and table (SPEC runs; chip_sim.py)
+        from .chip_sim import run_chip
+        return run_chip(rtl, out, cfg)
     if block not in SIMS:
         raise SystemExit(f"sim: no simulation registered for block {block!r}; known: {', '.join(sorted(SIMS))}")
     spec = SIMS[block]

@@ -1,0 +1,592 @@
+"""The LUT unit: fixed-latency pipelines that evaluate ``nano_k3.fxp_math``'s table functions bit for bit.
+
+Every width, fraction and table geometry below is read from ``nano_k3.fxp_ops`` (formats X, P, ALPHA),
+``nano_k3.fxp_math`` (MANT_FRAC) and ``nano_k3.luts.tables()`` when a component is constructed, so a
+change of the fixed-point model's formats or table depths changes the hardware with it.
+
+Pipeline convention (every component here; "fixed latency, valid bit, enable"):
+
+* members ``en`` (In, init 1), ``i_valid`` (In), ``i`` (In, a data layout), ``o_valid`` (Out), ``o`` (Out);
+* when ``en`` is high every stage advances one step; when it is low every register holds (a stall).
+  ``i`` is sampled at a clock edge with ``en`` high; the result appears on ``o`` exactly ``LATENCY``
+  enabled edges later, with ``o_valid`` = the ``i_valid`` that went in. ``o`` is a register output
+  (it holds while ``en`` is low). Throughput: one input per enabled cycle.
+* inputs may come from combinational logic: each first stage holds at most a leading-zero count, an
+  absolute value or a clamp (no multiplier sits behind an input port).
+* ``Streamed(core)`` wraps any of them into a component with ``amaranth.lib.stream`` ports ``i`` / ``o``
+  (``en = ~o.valid | o.ready``, ``i.ready = en``), which is what the block tests drive.
+
+Components, their payloads and latencies (widths from the formats at construction time):
+
+============  ==============================================  ==================================  =======
+component      ``i`` fields                                    ``o`` fields                        LATENCY
+============  ==============================================  ==================================  =======
+LutEval        idx[lanes] (index_bits), r[lanes] (interp)      y[lanes] (base_bits): Lut.lookup    3
+Sigmoid        x: X                                            y: P  = fxp_math.sigmoid            5
+Silu           x: X                                            y: X  = fxp_math.silu               7
+Exp2Neg        t: unsigned(t_bits = T.bits), frac T.frac      y: P  = fxp_math.exp2_neg           5
+KdaDecay       g: X                                            y: ALPHA = fxp_math.kda_decay       4
+Rsqrt          m: unsigned(m_bits) >= 1, frac: unsigned(fb)    mant: P, e: signed = fxp_math.rsqrt 5
+Recip          m: unsigned(m_bits) >= 1, frac: unsigned(fb)    mant: P, e: signed = fxp_math.recip 5
+ApplyMant      v: signed(v_bits), mant: P, e: signed(e_bits)   y: saturated fxp_math.apply_mant    3
+============  ==============================================  ==================================  =======
+
+Stage plans (each stage is one register; the widest arithmetic of a stage is named):
+* LutEval: S1 ROM word {delta, base} + r registered (the msh_rom read is combinational from ``i.idx``),
+  S2 delta·r (delta_bits × interp_bits), S3 base + round_half_up(product / 2^interp_bits).
+* Sigmoid: S0 |x|, inside = |x| < range, sign; LutEval; S4 1 − σ for x < 0, 1 beyond the range.
+* Silu: Sigmoid (x delayed beside it); S5 x·σ (X.bits × P.bits); S6 round half up, saturate to X.
+* Exp2Neg: S0 split t into integer part n (clamped to base_bits + 1: every larger shift also gives
+  0) and fraction; LutEval; S4 rounding right shift by n (barrel shifter + incrementer).
+* KdaDecay: S0 clamp g to [−range, range) and offset; LutEval.
+* Rsqrt / Recip: S0 leading-zero count (a log-depth tree), S1 barrel shift (truncation exactly as
+  ``fxp_ops.normalise``) + table index + exponent; LutEval. ``frac`` is a run-time input so that
+  one unit serves RMSNorm of any power-of-two length (tie it to a constant where it is one).
+  ``m = 0`` is outside the reference's domain (it raises); the hardware then returns garbage.
+* ApplyMant: S0 input register, S1 v·mant (v_bits × 24 b), S2 shift by s = v_frac + 23 − out_frac − e
+  (a left shift where s ≤ 0), round half up, saturate to ``out_bits`` (signed or unsigned). ``e``
+  must lie in the constructor's ``e_range`` (outside it the result is undefined).
+
+ROM: each LutEval owns one ``msh_rom`` instance (SPEC §5) with ``INIT_FILE = "<rom_dir>/<table>.hex"``.
+``lanes=2`` uses both combinational read ports (two lookups per cycle); with ``lanes=1`` port 2 is
+tied to address 0 and unused. ``$readmemh`` resolves a relative path against the working directory
+of the simulator or synthesis tool: the default ``rom_dir="roms"`` works when the tool runs in the
+emitted RTL folder (``rtl/``, whose ``roms/`` holds the files ``nano_k3.luts.write_roms`` writes; the
+cocotb tests emit into the simulator's build folder for this reason); pass an absolute ``rom_dir``
+to run from anywhere.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from amaranth.hdl import Const, Instance, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import stream, wiring
+from amaranth.lib.data import ArrayLayout, StructLayout
+from amaranth.lib.wiring import In, Out
+
+from nano_k3 import fxp_math, luts
+from nano_k3.fxp_ops import ALPHA, P, T, X
+
+
+# --- helpers shared with the vector unit ---------------------------------------------------------
+def _reject(component, msg: str):
+    component._MustUse__silence = True      # a rejected component is not an unused one
+    raise ValueError(msg)
+
+
+def signed_width(lo: int, hi: int) -> int:
+    """Smallest two's complement width holding every integer in [lo, hi]."""
+    bits = 1
+    while not (-(1 << (bits - 1)) <= lo and hi <= (1 << (bits - 1)) - 1):
+        bits += 1
+    return bits
+
+
+def round_shift_const(v, s: int):
+    """``fxp_ops.round_shift`` by a constant: (v + 2^(s-1)) >> s (arithmetic), or v << -s."""
+    if s > 0:
+        return (v + (1 << (s - 1))) >> s
+    return v << (-s) if s < 0 else v
+
+
+def clamp(v, lo: int, hi: int):
+    """Saturate a value to [lo, hi] (two comparators and a mux)."""
+    return Mux(v < lo, lo, Mux(v > hi, hi, v))
+
+
+def delay(m: Module, en, sig, n: int, name: str):
+    """``sig`` delayed by ``n`` enabled clock edges (a register chain that holds while ``en`` is low)."""
+    for k in range(n):
+        nxt = Signal.like(sig, name=f"{name}_d{k + 1}")
+        with m.If(en):
+            m.d.sync += nxt.eq(sig)
+        sig = nxt
+    return sig
+
+
+def leading_one(m: Module, v, name: str):
+    """(any, position of the highest set bit) of ``v``: a log-depth tree of 2:1 muxes, no priority chain."""
+    def tree(lo: int, n: int):
+        if n == 1:
+            return v[lo], Const(0, 1)
+        half = 1 << ((n - 1).bit_length() - 1)          # largest power of two below n
+        lo_any, lo_pos = tree(lo, half)
+        hi_any, hi_pos = tree(lo + half, n - half)
+        width = max(1, (n - 1).bit_length())
+        pos = Signal(width, name=f"{name}_p{lo}_{n}")
+        m.d.comb += pos.eq(Mux(hi_any, hi_pos + half, lo_pos))
+        return hi_any | lo_any, pos
+
+    return tree(0, len(v))
+
+
+class FixedPipe(wiring.Component):
+    """Base of the fixed-latency pipelines (see the module docstring for the convention)."""
+
+    LATENCY = 0
+
+    def __init__(self, in_layout, out_layout):
+        self.in_layout, self.out_layout = in_layout, out_layout
+        super().__init__({
+            "en": In(1, init=1),
+            "i_valid": In(1),
+            "i": In(in_layout),
+            "o_valid": Out(1),
+            "o": Out(out_layout),
+        })
+
+    def _valid_chain(self, m: Module) -> None:
+        v = delay(m, self.en, self.i_valid, self.LATENCY, "valid")
+        m.d.comb += self.o_valid.eq(v)
+
+
+class Streamed(wiring.Component):
+    """A ``FixedPipe`` behind stream ports: the pipeline advances when its output register is free.
+
+    ``i.ready = en = ~o.valid | o.ready``; one transfer per cycle without back-pressure, latency
+    ``core.LATENCY`` from the input handshake to ``o.valid``.
+    """
+
+    def __init__(self, core: FixedPipe):
+        self.core = core
+        self.LATENCY = core.LATENCY
+        super().__init__({
+            "i": In(stream.Signature(core.in_layout)),
+            "o": Out(stream.Signature(core.out_layout)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.core = core = self.core
+        en = Signal()
+        m.d.comb += [en.eq(~core.o_valid | self.o.ready), core.en.eq(en), self.i.ready.eq(en),
+                     core.i_valid.eq(self.i.valid), core.i.eq(self.i.payload),
+                     self.o.valid.eq(core.o_valid), self.o.payload.eq(core.o)]
+        return m
+
+
+# --- the table evaluator --------------------------------------------------------------------------
+class LutEval(FixedPipe):
+    """``luts.tables()[name].lookup(idx, r)`` on ``lanes`` (1 or 2) lanes sharing one msh_rom."""
+
+    LATENCY = 3
+
+    def __init__(self, name: str, *, lanes: int = 1, rom_dir: str = "roms"):
+        tables = luts.tables()
+        if name not in tables:
+            _reject(self, f"unknown LUT {name!r}; valid: {', '.join(sorted(tables))}")
+        if lanes not in (1, 2):
+            _reject(self, f"lanes must be 1 or 2 (msh_rom has two read ports), got {lanes!r}")
+        if not isinstance(rom_dir, str) or not rom_dir:
+            _reject(self, f"rom_dir must be a non-empty path string, got {rom_dir!r}")
+        self.lut, self.lanes, self.rom_dir = tables[name], lanes, rom_dir
+        t = self.lut
+        lane = StructLayout({"idx": unsigned(t.index_bits), "r": unsigned(t.interp_bits)})
+        super().__init__(ArrayLayout(lane, lanes), ArrayLayout(unsigned(t.base_bits), lanes))
+
+    @property
+    def init_file(self) -> str:
+        return f"{self.rom_dir.rstrip('/')}/{self.lut.name}.hex"
+
+    def elaborate(self, platform):
+        m = Module()
+        t, en = self.lut, self.en
+        words = [Signal(t.width, name=f"rom_rdata{k + 1}") for k in range(2)]
+        addrs = [self.i[k].idx if k < self.lanes else Const(0, t.index_bits) for k in range(2)]
+        m.submodules.rom = Instance(
+            "msh_rom", p_DEPTH=t.depth, p_WIDTH=t.width, p_ADDRW=t.index_bits, p_INIT_FILE=self.init_file,
+            i_raddr1=addrs[0], o_rdata1=words[0], i_raddr2=addrs[1], o_rdata2=words[1])
+        half = 1 << (t.interp_bits - 1)
+        for k in range(self.lanes):
+            word1 = Signal(t.width, name=f"word1_{k}")
+            r1 = Signal(t.interp_bits, name=f"r1_{k}")
+            prod2 = Signal(signed(t.delta_bits + t.interp_bits + 1), name=f"prod2_{k}")
+            base2 = Signal(t.base_bits, name=f"base2_{k}")
+            with m.If(en):
+                m.d.sync += [word1.eq(words[k]), r1.eq(self.i[k].r),
+                             prod2.eq(word1[t.base_bits:].as_signed() * r1), base2.eq(word1[:t.base_bits]),
+                             self.o[k].eq(base2 + ((prod2 + half) >> t.interp_bits))]
+        self._valid_chain(m)
+        return m
+
+
+# --- function-level wrappers ----------------------------------------------------------------------
+ONE_P = 1 << P.frac          # 1.0 in P
+
+
+class Sigmoid(FixedPipe):
+    """``fxp_math.sigmoid``: x in X -> P (table on |x| < range, symmetry for x < 0, 1 beyond)."""
+
+    LATENCY = 1 + LutEval.LATENCY + 1
+
+    def __init__(self, *, rom_dir: str = "roms"):
+        self.rom_dir = rom_dir
+        t = luts.tables()["sigmoid"]
+        if t.index_bits + t.interp_bits != (luts.SIGMOID_RANGE << X.frac).bit_length() - 1:
+            _reject(self, f"sigmoid table: index {t.index_bits} + interp {t.interp_bits} bits do not cover "
+                          f"|x| < {luts.SIGMOID_RANGE} at X.frac={X.frac}")
+        super().__init__(StructLayout({"x": signed(X.bits)}), StructLayout({"y": unsigned(P.bits)}))
+
+    def elaborate(self, platform):
+        m = Module()
+        en = self.en
+        m.submodules.lut = lut = LutEval("sigmoid", rom_dir=self.rom_dir)
+        t = lut.lut
+        x = self.i.x
+        a = Signal(X.bits)
+        m.d.comb += a.eq(Mux(x < 0, -x, x))                   # |min X| = 2^(bits-1) still fits unsigned
+        inside = Signal()
+        m.d.comb += inside.eq(a < (luts.SIGMOID_RANGE << X.frac))
+        neg0, in0 = Signal(), Signal()
+        with m.If(en):
+            m.d.sync += [lut.i[0].idx.eq(Mux(inside, a >> t.interp_bits, 0)),
+                         lut.i[0].r.eq(Mux(inside, a[:t.interp_bits], 0)),
+                         neg0.eq(x < 0), in0.eq(inside)]
+        m.d.comb += lut.en.eq(en)
+        neg, ins = delay(m, en, neg0, LutEval.LATENCY, "neg"), delay(m, en, in0, LutEval.LATENCY, "inside")
+        val = Mux(ins, lut.o[0], ONE_P)
+        with m.If(en):
+            m.d.sync += self.o.y.eq(Mux(neg, ONE_P - val, val))
+        self._valid_chain(m)
+        return m
+
+
+class Silu(FixedPipe):
+    """``fxp_math.silu``: x · sigmoid(x), X -> X, round half up, saturate."""
+
+    LATENCY = Sigmoid.LATENCY + 2
+
+    def __init__(self, *, rom_dir: str = "roms"):
+        self.rom_dir = rom_dir
+        super().__init__(StructLayout({"x": signed(X.bits)}), StructLayout({"y": signed(X.bits)}))
+
+    def elaborate(self, platform):
+        m = Module()
+        en = self.en
+        m.submodules.sig = sig = Sigmoid(rom_dir=self.rom_dir)
+        m.d.comb += [sig.en.eq(en), sig.i.x.eq(self.i.x)]
+        x = delay(m, en, self.i.x, Sigmoid.LATENCY, "x")
+        prod = Signal(signed(X.bits + P.bits + 1))
+        with m.If(en):
+            m.d.sync += [prod.eq(x * sig.o.y),
+                         self.o.y.eq(clamp(round_shift_const(prod, P.frac), X.lo, X.hi))]
+        self._valid_chain(m)
+        return m
+
+
+class Exp2Neg(FixedPipe):
+    """``fxp_math.exp2_neg``: 2^-t for t >= 0 (fraction bits = the exp2 table's index + interp bits) -> P."""
+
+    LATENCY = 1 + LutEval.LATENCY + 1
+
+    def __init__(self, *, t_bits: int = T.bits, rom_dir: str = "roms"):
+        t = luts.tables()["exp2"]
+        self.t_frac = t.index_bits + t.interp_bits
+        if not isinstance(t_bits, int) or not self.t_frac < t_bits <= 64:
+            _reject(self, f"t_bits must be an integer in {self.t_frac + 1}..64, got {t_bits!r}")
+        self.t_bits, self.rom_dir = t_bits, rom_dir
+        super().__init__(StructLayout({"t": unsigned(t_bits)}), StructLayout({"y": unsigned(P.bits)}))
+
+    def elaborate(self, platform):
+        m = Module()
+        en = self.en
+        m.submodules.lut = lut = LutEval("exp2", rom_dir=self.rom_dir)
+        t = lut.lut
+        # A table value is < 2^base_bits, so any right shift n > base_bits rounds it to 0, like n = base_bits + 1.
+        n_max = t.base_bits + 1
+        n_in = self.i.t[self.t_frac:]
+        n0 = Signal(range(n_max + 1))
+        with m.If(en):
+            m.d.sync += [lut.i[0].idx.eq(self.i.t[t.interp_bits:self.t_frac]),
+                         lut.i[0].r.eq(self.i.t[:t.interp_bits]),
+                         n0.eq(Mux(n_in > n_max, n_max, n_in))]
+        m.d.comb += lut.en.eq(en)
+        n = delay(m, en, n0, LutEval.LATENCY, "n")
+        val = lut.o[0]
+        # (val + 2^(n-1)) >> n == ((2·val >> n) + 1) >> 1 for every n >= 0
+        with m.If(en):
+            m.d.sync += self.o.y.eq((((val << 1) >> n) + 1) >> 1)
+        self._valid_chain(m)
+        return m
+
+
+class KdaDecay(FixedPipe):
+    """``fxp_math.kda_decay``: g in X clamped to [-range, range) -> ALPHA."""
+
+    LATENCY = 1 + LutEval.LATENCY
+
+    def __init__(self, *, rom_dir: str = "roms"):
+        self.rom_dir = rom_dir
+        t = luts.tables()["kda_decay"]
+        lim = luts.DECAY_RANGE << X.frac
+        if (2 * lim).bit_length() - 1 != t.index_bits + t.interp_bits:
+            _reject(self, f"kda_decay table: index {t.index_bits} + interp {t.interp_bits} bits do not cover "
+                          f"g in [-{luts.DECAY_RANGE}, {luts.DECAY_RANGE}) at X.frac={X.frac}")
+        super().__init__(StructLayout({"g": signed(X.bits)}), StructLayout({"y": unsigned(t.base_bits)}))
+
+    def elaborate(self, platform):
+        m = Module()
+        en = self.en
+        m.submodules.lut = lut = LutEval("kda_decay", rom_dir=self.rom_dir)
+        t = lut.lut
+        lim = luts.DECAY_RANGE << X.frac
+        u = Signal(t.index_bits + t.interp_bits)
+        m.d.comb += u.eq(clamp(self.i.g, -lim, lim - 1) + lim)
+        with m.If(en):
+            m.d.sync += [lut.i[0].idx.eq(u[t.interp_bits:]), lut.i[0].r.eq(u[:t.interp_bits])]
+        m.d.comb += [lut.en.eq(en), self.o.y.eq(lut.o[0])]
+        self._valid_chain(m)
+        return m
+
+
+class _Normalised(FixedPipe):
+    """Shared front end of Rsqrt / Recip: leading-zero count, barrel shift (``fxp_ops.normalise``)."""
+
+    LATENCY = 2 + LutEval.LATENCY
+    TABLE = ""
+
+    def __init__(self, *, m_bits: int = 56, frac_bits: int = 7, rom_dir: str = "roms"):
+        if not isinstance(m_bits, int) or not 2 <= m_bits <= 64:
+            _reject(self, f"m_bits must be an integer in 2..64, got {m_bits!r}")
+        if not isinstance(frac_bits, int) or not 1 <= frac_bits <= 8:
+            _reject(self, f"frac_bits must be an integer in 1..8, got {frac_bits!r}")
+        t = luts.tables()[self.TABLE]
+        self.W = fxp_math.MANT_FRAC                       # normalise(m, 23): leading one at bit W
+        mant_index_bits = t.index_bits - (1 if self.TABLE == "rsqrt" else 0)
+        if mant_index_bits + t.interp_bits != self.W:
+            _reject(self, f"{self.TABLE} table: {mant_index_bits} mantissa index + {t.interp_bits} interp bits "
+                          f"!= MANT_FRAC {self.W}")
+        self.m_bits, self.frac_bits, self.rom_dir = m_bits, frac_bits, rom_dir
+        self.e_range = self.exponent_range(m_bits, (1 << frac_bits) - 1)
+        super().__init__(StructLayout({"m": unsigned(m_bits), "frac": unsigned(frac_bits)}),
+                         StructLayout({"mant": unsigned(t.base_bits), "e": signed(signed_width(*self.e_range))}))
+
+    def elaborate(self, platform):
+        m = Module()
+        en = self.en
+        m.submodules.lut = lut = LutEval(self.TABLE, rom_dir=self.rom_dir)
+        t, W, mb = lut.lut, self.W, self.m_bits
+        # S0: leading one of m
+        _, lead_c = leading_one(m, self.i.m, "lz")
+        m0, lead0, frac0 = Signal(mb), Signal(range(mb)), Signal(self.frac_bits)
+        with m.If(en):
+            m.d.sync += [m0.eq(self.i.m), lead0.eq(lead_c), frac0.eq(self.i.frac)]
+        # S1: shift the leading one to the top, keep W + 1 bits (truncation), index and exponent
+        pad = max(0, W + 1 - mb)
+        wide, lz = Signal(mb + pad), Signal(range(mb))
+        m.d.comb += [lz.eq(mb - 1 - lead0), wide.eq((m0 << pad) << lz)]
+        man = wide[len(wide) - 1 - W:len(wide) - 1]          # the W bits below the leading one
+        e_c = Signal(self.o.e.shape())
+        idx_c = Signal(t.index_bits)
+        self._index_exponent(m, man, lead0, frac0, idx_c, e_c)
+        e1 = Signal.like(e_c)
+        with m.If(en):
+            m.d.sync += [lut.i[0].idx.eq(idx_c), lut.i[0].r.eq(man[:t.interp_bits]), e1.eq(e_c)]
+        m.d.comb += [lut.en.eq(en), self.o.mant.eq(lut.o[0]),
+                     self.o.e.eq(delay(m, en, e1, LutEval.LATENCY, "e"))]
+        self._valid_chain(m)
+        return m
+
+
+class Rsqrt(_Normalised):
+    """``fxp_math.rsqrt(m, frac)``: 1/sqrt(m·2^-frac) = mant·2^-23·2^e, mant UQ1.23 (P), e signed."""
+
+    TABLE = "rsqrt"
+
+    @staticmethod
+    def exponent_range(m_bits: int, frac_max: int) -> tuple[int, int]:
+        es = [-((lead - f - ((lead - f) & 1)) >> 1) for lead in (0, 1, m_bits - 2, m_bits - 1)
+              for f in (0, 1, frac_max - 1, frac_max)]
+        return min(es), max(es)
+
+    def _index_exponent(self, m, man, lead, frac, idx, e):
+        t = luts.tables()["rsqrt"]
+        E = Signal(signed(max(len(lead), len(frac)) + 2))
+        m.d.comb += [E.eq(lead - frac),
+                     idx.eq(E[0] << (t.index_bits - 1) | (man >> t.interp_bits)),
+                     e.eq(-((E - E[0]) >> 1))]
+
+
+class Recip(_Normalised):
+    """``fxp_math.recip(m, frac)``: 1/(m·2^-frac) = mant·2^-23·2^e, mant UQ1.23 (P), e signed."""
+
+    TABLE = "recip"
+
+    @staticmethod
+    def exponent_range(m_bits: int, frac_max: int) -> tuple[int, int]:
+        return -(m_bits - 1), frac_max
+
+    def _index_exponent(self, m, man, lead, frac, idx, e):
+        t = luts.tables()["recip"]
+        m.d.comb += [idx.eq(man >> t.interp_bits), e.eq(frac - lead)]
+
+
+class ApplyMant(FixedPipe):
+    """``fxp_math.apply_mant(v, v_frac, mant, e, out_frac)`` saturated to ``out_bits`` (signed or not).
+
+    s = v_frac + MANT_FRAC − out_frac − e ranges over the constructor's ``e_range``; a negative s is
+    an exact left shift (then saturated), a positive one rounds half up.
+    """
+
+    LATENCY = 3
+
+    def __init__(self, *, v_bits: int, v_frac: int, out_frac: int, out_bits: int, e_range: tuple[int, int],
+                 out_signed: bool = True, mant_bits: int | None = None):
+        mant_bits = P.bits if mant_bits is None else mant_bits
+        for name, val, lo, hi in (("v_bits", v_bits, 2, 64), ("v_frac", v_frac, 0, 64),
+                                  ("out_frac", out_frac, 0, 64), ("out_bits", out_bits, 2, 64),
+                                  ("mant_bits", mant_bits, 2, 32)):
+            if not isinstance(val, int) or isinstance(val, bool) or not lo <= val <= hi:
+                _reject(self, f"{name} must be an integer in {lo}..{hi}, got {val!r}")
+        if (not isinstance(e_range, tuple) or len(e_range) != 2 or not all(isinstance(x, int) for x in e_range)
+                or e_range[0] > e_range[1]):
+            _reject(self, f"e_range must be a (lo, hi) tuple of integers with lo <= hi, got {e_range!r}")
+        self.v_bits, self.v_frac, self.out_frac, self.out_bits = v_bits, v_frac, out_frac, out_bits
+        self.e_range, self.out_signed, self.mant_bits = e_range, out_signed, mant_bits
+        c = v_frac + fxp_math.MANT_FRAC - out_frac
+        self.s_range = (c - e_range[1], c - e_range[0])
+        if self.s_range[0] < -64 or self.s_range[1] > 128:
+            _reject(self, f"shift range {self.s_range} (from e_range {e_range}) is unreasonably wide")
+        e_bits = signed_width(*e_range)
+        out_shape = signed(out_bits) if out_signed else unsigned(out_bits)
+        super().__init__(StructLayout({"v": signed(v_bits), "mant": unsigned(mant_bits), "e": signed(e_bits)}),
+                         StructLayout({"y": out_shape}))
+
+    @property
+    def out_range(self) -> tuple[int, int]:
+        if self.out_signed:
+            return -(1 << (self.out_bits - 1)), (1 << (self.out_bits - 1)) - 1
+        return 0, (1 << self.out_bits) - 1
+
+    def elaborate(self, platform):
+        m = Module()
+        en = self.en
+        s_lo, s_hi = self.s_range
+        c = self.v_frac + fxp_math.MANT_FRAC - self.out_frac
+        i0 = Signal(self.in_layout)
+        with m.If(en):
+            m.d.sync += i0.eq(self.i)
+        prod = Signal(signed(self.v_bits + self.mant_bits + 1))
+        sh = Signal(range(s_hi - min(s_lo, 0) + 1))            # s + max(0, -s_lo) >= 0
+        left = max(0, -s_lo)
+        with m.If(en):
+            m.d.sync += [prod.eq(i0.v * i0.mant), sh.eq(c - i0.e + left)]
+        # u = prod · 2^left (exact); then a rounding right shift by sh: ((2u >> sh) + 1) >> 1
+        u2 = Signal(signed(len(prod) + left + 1))
+        m.d.comb += u2.eq(prod << (left + 1))
+        res = Signal(signed(len(u2) + 1))
+        m.d.comb += res.eq(((u2 >> sh) + 1) >> 1)
+        lo, hi = self.out_range
+        with m.If(en):
+            m.d.sync += self.o.y.eq(clamp(res, lo, hi))
+        self._valid_chain(m)
+        return m
+
+
+# --- the block the tests (and rtl_gen) build: every function side by side ------------------------
+def _apply_e_range_default() -> tuple[int, int]:
+    # left shifts of v·mant stay below 2^62 so that the int64 reference (fxp_math.apply_mant) is exact
+    return (-24, fxp_math.MANT_FRAC + 62 - (X.bits + P.bits))
+
+
+@dataclass(frozen=True)
+class LutUnitParams:
+    """Operand widths of the LUT-unit test block (engines pick their own widths per instance)."""
+
+    m_bits: int = 56                 # rsqrt/recip input: a norm's sum of squares (≤ 54 bits at n ≤ 128)
+    frac_bits: int = 7               # run-time ``frac`` of rsqrt/recip
+    t_bits: int = T.bits             # exp2_neg input (softmax exponent differences, T)
+    apply_v_frac: int = X.frac       # ApplyMant test instance: v in X, out in X (saturated)
+    apply_out_frac: int = X.frac
+    apply_e_range: tuple[int, int] = field(default_factory=_apply_e_range_default)
+
+    def __post_init__(self) -> None:
+        for name in ("m_bits", "frac_bits", "t_bits", "apply_v_frac", "apply_out_frac"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        if self.m_bits > 64:
+            raise ValueError(f"m_bits must be at most 64, got {self.m_bits}")
+
+
+class LutUnit(wiring.Component):
+    """Every LUT-unit function on its own operand, in lock-step, behind one pair of streams.
+
+    ``i`` payload: x (sigmoid and SiLU), t (exp2_neg), g (kda_decay), m + frac (rsqrt and recip),
+    v + mant + e (apply_mant). ``o`` payload: one field per result; the shorter pipelines are padded
+    with delay registers to ``LATENCY`` (the longest, SiLU) so that one beat in gives one beat out.
+    This is a test and characterisation block; engines instantiate the components above directly.
+    """
+
+    def __init__(self, params: LutUnitParams = LutUnitParams(), *, rom_dir: str = "roms"):
+        if not isinstance(params, LutUnitParams):
+            _reject(self, f"LutUnit needs a LutUnitParams, got {params!r}")
+        p = self.params = params
+        self.rom_dir = rom_dir
+        self.cores = {
+            "sigmoid": Sigmoid(rom_dir=rom_dir),
+            "silu": Silu(rom_dir=rom_dir),
+            "exp2": Exp2Neg(t_bits=p.t_bits, rom_dir=rom_dir),
+            "decay": KdaDecay(rom_dir=rom_dir),
+            "rsqrt": Rsqrt(m_bits=p.m_bits, frac_bits=p.frac_bits, rom_dir=rom_dir),
+            "recip": Recip(m_bits=p.m_bits, frac_bits=p.frac_bits, rom_dir=rom_dir),
+        }
+        self.cores["apply"] = ApplyMant(v_bits=X.bits, v_frac=p.apply_v_frac, out_frac=p.apply_out_frac,
+                                        out_bits=X.bits, e_range=p.apply_e_range)
+        self.LATENCY = max(c.LATENCY for c in self.cores.values())
+        c = self.cores
+        self.in_layout = StructLayout({
+            "x": signed(X.bits), "t": unsigned(p.t_bits), "g": signed(X.bits),
+            "m": unsigned(p.m_bits), "frac": unsigned(p.frac_bits),
+            "v": signed(X.bits), "mant": unsigned(P.bits), "e": c["apply"].in_layout["e"].shape,
+        })
+        self.out_layout = StructLayout({
+            "sigmoid": unsigned(P.bits), "silu": signed(X.bits), "exp2": unsigned(P.bits),
+            "decay": unsigned(ALPHA.bits),
+            "rsqrt_mant": unsigned(P.bits), "rsqrt_e": c["rsqrt"].out_layout["e"].shape,
+            "recip_mant": unsigned(P.bits), "recip_e": c["recip"].out_layout["e"].shape,
+            "apply": signed(X.bits),
+        })
+        super().__init__({"i": In(stream.Signature(self.in_layout)), "o": Out(stream.Signature(self.out_layout))})
+
+    def elaborate(self, platform):
+        m = Module()
+        c, ip = self.cores, self.i.payload
+        en = Signal()
+        valid = Signal()
+        m.d.comb += [en.eq(~self.o.valid | self.o.ready), self.i.ready.eq(en)]
+        for name, core in c.items():
+            m.submodules[name] = core
+            m.d.comb += [core.en.eq(en), core.i_valid.eq(self.i.valid)]
+        m.d.comb += [c["sigmoid"].i.x.eq(ip.x), c["silu"].i.x.eq(ip.x), c["exp2"].i.t.eq(ip.t),
+                     c["decay"].i.g.eq(ip.g),
+                     c["rsqrt"].i.m.eq(ip.m), c["rsqrt"].i.frac.eq(ip.frac),
+                     c["recip"].i.m.eq(ip.m), c["recip"].i.frac.eq(ip.frac),
+                     c["apply"].i.v.eq(ip.v), c["apply"].i.mant.eq(ip.mant), c["apply"].i.e.eq(ip.e)]
+        pad = lambda name, sig: delay(m, en, sig, self.LATENCY - c[name].LATENCY, f"pad_{name}")  # noqa: E731
+        op = self.o.payload
+        m.d.comb += [op.sigmoid.eq(pad("sigmoid", c["sigmoid"].o.y)), op.silu.eq(pad("silu", c["silu"].o.y)),
+                     op.exp2.eq(pad("exp2", c["exp2"].o.y)), op.decay.eq(pad("decay", c["decay"].o.y)),
+                     op.rsqrt_mant.eq(pad("rsqrt", c["rsqrt"].o.mant)), op.rsqrt_e.eq(pad("rsqrt", c["rsqrt"].o.e)),
+                     op.recip_mant.eq(pad("recip", c["recip"].o.mant)), op.recip_e.eq(pad("recip", c["recip"].o.e)),
+                     op.apply.eq(pad("apply", c["apply"].o.y))]
+        m.d.comb += [valid.eq(pad("silu", c["silu"].o_valid)), self.o.valid.eq(valid)]
+        return m
+
+
+# --- rtl_gen hooks (rtl_gen.emit.BLOCKS["lut_unit"]) -----------------------------------------------
+def lut_unit_block(chip_params) -> LutUnit:
+    """The LUT-unit test block of a chip build (its widths do not depend on ``ChipParams``)."""
+    return LutUnit(LutUnitParams())
+
+
+def lut_unit_derived(chip_params) -> dict:
+    p = LutUnitParams()
+    lat = {"sigmoid": Sigmoid.LATENCY, "silu": Silu.LATENCY, "exp2": Exp2Neg.LATENCY, "decay": KdaDecay.LATENCY,
+           "rsqrt": Rsqrt.LATENCY, "recip": Recip.LATENCY, "apply": ApplyMant.LATENCY}
+    exp2 = luts.tables()["exp2"]
+    tabs = {name: {"depth": t.depth, "width": t.width, "index_bits": t.index_bits, "interp_bits": t.interp_bits}
+            for name, t in luts.tables().items()}
+    return {"latency": max(lat.values()), "latencies": lat, "exp2_t_frac": exp2.index_bits + exp2.interp_bits,
+            "apply_v_frac": p.apply_v_frac, "apply_out_frac": p.apply_out_frac,
+            "apply_e_range": list(p.apply_e_range), "rom_dir": "roms", "tables": tabs}

@@ -1,0 +1,209 @@
+"""Build parameters and derived widths of the MLA engine (hw.mla_engine), from the fixed-point model.
+
+Every width below is computed at construction from ``nano_k3.fxp_ops`` formats, ``nano_k3.luts``
+table geometry and exact integer bounds, so a change of X, P or a table re-sizes the engine.
+Proposed for merging into hw/params.py as the MLA section of the chip parameters.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nano_k3 import fxp_math, luts
+from nano_k3.fixed import mla_score_const
+from nano_k3.fxp_ops import P, T, X
+
+from hw.params import signed_bits
+
+C_FRAC = fxp_math.C_FRAC      # fractional bits of the score constant (mla_score_const, to_log2)
+MANT_FRAC = fxp_math.MANT_FRAC
+# softmax_combine rounds the numerator sum e*v to X.frac fractional bits before the reciprocal.
+NUM_FRAC = X.frac
+
+
+def _int_in(name: str, value: object, lo: int, hi: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
+        raise ValueError(f"{name} must be an integer in {lo}..{hi}, got {value!r}")
+
+
+def _rs(v: int, s: int) -> int:
+    """fxp_ops.round_shift on Python ints (bounds may exceed int64)."""
+    return (v + (1 << (s - 1))) >> s if s > 0 else v << -s
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _lut_range(name: str) -> tuple[int, int]:
+    """Smallest and largest interpolated output of a table (base + a fraction of delta)."""
+    t = luts.tables()[name]
+    lo = int((t.base + t.delta.clip(max=0)).min())
+    hi = int((t.base + t.delta.clip(min=0)).max())
+    return lo, hi
+
+
+@dataclass(frozen=True)
+class MlaParams:
+    """Build maxima of the MLA engine; runtime H, dk, dr, dv, t may be anything up to them."""
+
+    max_heads: int = 2
+    max_dk: int = 32
+    max_dr: int = 16
+    max_dv: int = 32
+    max_seq: int = 64
+    lanes: int = 16        # elements per cache word = parallel multipliers
+
+    def __post_init__(self) -> None:
+        _int_in("max_heads", self.max_heads, 1, 64)
+        for f in ("max_dk", "max_dr", "max_dv"):
+            _int_in(f, getattr(self, f), 1, 4096)
+        _int_in("max_seq", self.max_seq, 2, 1 << 16)
+        _int_in("lanes", self.lanes, 1, 128)
+        if self.lanes & (self.lanes - 1):
+            raise ValueError(f"lanes must be a power of two (word index = element >> log2 lanes), got {self.lanes}")
+        if self.out_shift_min < 1:
+            raise ValueError(f"final context shift would be {self.out_shift_min} < 1 with these formats")
+
+    # Geometry ------------------------------------------------------------------------------------
+    @property
+    def lanes_log2(self) -> int:
+        return self.lanes.bit_length() - 1
+
+    @property
+    def max_dq(self) -> int:
+        return self.max_dk + self.max_dr
+
+    def words(self, d: int) -> int:
+        return _ceil_div(d, self.lanes)
+
+    @property
+    def stride(self) -> int:
+        """Cache words per position: H kc segments, the shared kr once, H v segments."""
+        return (self.max_heads * self.words(self.max_dk) + self.words(self.max_dr)
+                + self.max_heads * self.words(self.max_dv))
+
+    @property
+    def cache_depth(self) -> int:
+        return self.max_seq * self.stride
+
+    @property
+    def qbuf_depth(self) -> int:
+        return max(2, self.max_heads * (self.words(self.max_dk) + self.words(self.max_dr)))
+
+    @property
+    def word_bits(self) -> int:
+        return _ceil_div(self.lanes * X.bits, 8) * 8
+
+    @property
+    def cache_bits(self) -> int:
+        return self.cache_depth * self.word_bits
+
+    @property
+    def tbuf_bits(self) -> int:
+        return _ceil_div(T.bits, 8) * 8
+
+    @property
+    def seq_bits(self) -> int:
+        return max(1, (self.max_seq - 1).bit_length())
+
+    @property
+    def dim_bits(self) -> int:
+        return max(self.max_dk, self.max_dr, self.max_dv, self.max_heads).bit_length()
+
+    # Arithmetic widths (exact bounds) --------------------------------------------------------
+    @property
+    def c_bits(self) -> int:
+        """Unsigned score constant log2(e)/sqrt(dq) * 2^C_FRAC; largest at dq = 1."""
+        return mla_score_const(1).bit_length()
+
+    @property
+    def e_max(self) -> int:
+        """Largest exp2_neg output (the table's largest interpolated value)."""
+        return _lut_range("exp2")[1]
+
+    @property
+    def dot_range(self) -> tuple[int, int]:
+        x = 1 << (X.bits - 1)
+        return -self.max_dq * x * (x - 1), self.max_dq * x * x
+
+    @property
+    def dot_bits(self) -> int:
+        return signed_bits(*self.dot_range)
+
+    @property
+    def prod_bits(self) -> int:
+        """Shared lane multiplier: q x k (X x X) in the score pass, e x v (P x X) in the context pass."""
+        x = 1 << (X.bits - 1)
+        return signed_bits(min(-x * (x - 1), -self.e_max * x), max(x * x, self.e_max * (x - 1)))
+
+    @property
+    def mul_a_bits(self) -> int:
+        return max(X.bits, P.bits + 1)
+
+    @property
+    def score_t_bits(self) -> int:
+        """score (X, saturated) x c before the rounding to T."""
+        return X.bits + self.c_bits + 1
+
+    @property
+    def t_shift(self) -> int:
+        return X.frac + C_FRAC - T.frac
+
+    @property
+    def dt_bits(self) -> int:
+        """max t - t_j, unsigned."""
+        return T.bits + 1
+
+    @property
+    def sum_bits(self) -> int:
+        return (self.e_max * self.max_seq).bit_length()
+
+    @property
+    def acc_range(self) -> tuple[int, int]:
+        x = 1 << (X.bits - 1)
+        return -self.max_seq * self.e_max * x, self.max_seq * self.e_max * (x - 1)
+
+    @property
+    def acc_bits(self) -> int:
+        return signed_bits(*self.acc_range)
+
+    @property
+    def num_shift(self) -> int:
+        return P.frac + X.frac - NUM_FRAC
+
+    @property
+    def num_bits(self) -> int:
+        lo, hi = self.acc_range
+        return signed_bits(_rs(lo, self.num_shift), _rs(hi, self.num_shift))
+
+    @property
+    def lead_min(self) -> int:
+        """The maximum score's weight is exp2_neg(0) = base[0], so sum e >= base[0]."""
+        return int(luts.tables()["exp2"].base[0]).bit_length() - 1
+
+    @property
+    def recip_e_range(self) -> tuple[int, int]:
+        """recip(sum e, P.frac) exponent: P.frac - lead, lead in lead_min .. sum_bits - 1."""
+        return P.frac - (self.sum_bits - 1), P.frac - self.lead_min
+
+    @property
+    def out_shift_min(self) -> int:
+        return NUM_FRAC + MANT_FRAC - X.frac - self.recip_e_range[1]
+
+    # Performance model ---------------------------------------------------------------------
+    def cycles(self, t: int, heads: int, dk: int, dr: int, dv: int) -> int:
+        """Approximate cycles from the first input beat to the last output beat with no stalls."""
+        wq, wv = self.words(dk) + self.words(dr), self.words(dv)
+        load = heads * (wq + self.words(dk)) + self.words(dr) + heads * wv
+        per_head = (t + 1) * wq + SCORE_DRAIN + wv * ((t + 1) + CTX_DRAIN)
+        return load + heads * per_head
+
+
+SCORE_DRAIN = 10    # score pipeline drain + pass switch per head (measured with the nano build)
+CTX_DRAIN = 17      # context pipeline + Recip + ApplyMant + output handshake per chunk (measured)
+
+
+PRESETS = {
+    "nano": MlaParams(),
+    "tiny": MlaParams(max_heads=1, max_dk=16, max_dr=8, max_dv=16, max_seq=64, lanes=8),
+}
