@@ -72,6 +72,7 @@ BLOCKS: dict[str, Block] = {
                          doc="vector unit: elementwise, RMSNorm/L2 norm, softmax exp (hw.vector_unit.VectorUnit)"),
     "mla_engine": Block(top="mla_engine", build=mla_engine_block, derived=mla_engine_derived,
                         doc="MLA engine: k/v cache, scores, base-2 softmax, context (hw.mla_engine.MlaEngine)"),
+    "res_mixer": Block(top="res_mixer", build=res_mixer_block, derived=res_mixer_derived,
                        doc="residual mixer: RMSNorm scores, softmax, combine (hw.res_mixer.ResMixer)"),
 }
 
