@@ -17,6 +17,7 @@ from amaranth.lib import data, stream, wiring
 
 from hw.dequant_mac import DequantMacLanes
 from hw.kda_engine import kda_engine_block, kda_engine_derived
+from hw.mac_array import mac_array_block, mac_array_derived
 from hw.lut_unit import lut_unit_block, lut_unit_derived
 from hw.mla_engine import mla_engine_block, mla_engine_derived
 from hw.mem_engine import SPEC_ADDR_WIDTH, SPEC_BEAT_BITS, MemEngine
@@ -72,6 +73,8 @@ BLOCKS: dict[str, Block] = {
                          doc="vector unit: elementwise, RMSNorm/L2 norm, softmax exp (hw.vector_unit.VectorUnit)"),
     "mla_engine": Block(top="mla_engine", build=mla_engine_block, derived=mla_engine_derived,
                         doc="MLA engine: k/v cache, scores, base-2 softmax, context (hw.mla_engine.MlaEngine)"),
+    "mac_array": Block(top="mac_array", build=mac_array_block, derived=mac_array_derived,
+                       doc="weight store (msh_sram banks) + INT4 dequant-MAC array (hw.mac_array.MacArray)"),
     "res_mixer": Block(top="res_mixer", build=res_mixer_block, derived=res_mixer_derived,
                        doc="residual mixer: RMSNorm scores, softmax, combine (hw.res_mixer.ResMixer)"),
 }

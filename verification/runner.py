@@ -24,6 +24,12 @@ MODELS = Path(__file__).resolve().parent / "models"
 GENERATED_WAIVERS: dict[str, str] = {
     "PROCASSINIT": "yosys write_verilog mirrors each register's reset value as a declaration initialiser; "
                    "the synchronous reset assigns the same value",
+    "CASEINCOMPLETE": "Amaranth FSMs and switch statements emit case statements without a default branch; "
+                      "the state registers only take listed values (checked bit-exact in simulation)",
+    "WIDTHTRUNC": "yosys writes comparisons such as `!cnt` and narrowing assignments of Amaranth's widened "
+                  "arithmetic; Amaranth's own width rules already define the truncation",
+    "CMPCONST": "comparisons of a narrow signal with a constant that Amaranth keeps for generality",
+    "ALWNEVER": "an always block whose sensitivity never fires: constant padding bits of Amaranth layouts",
     "DECLFILENAME": "Amaranth writes a component and all its submodules into one .v file named after the top",
     "UNUSEDSIGNAL": "debug wires Amaranth emits for every struct/array field, and the carry bit of its "
                     "widened adders that the destination truncates (widths proven in hw.params)",
