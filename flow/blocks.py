@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     fd, tmp = tempfile.mkstemp(dir=args.out, suffix=".json")
     with os.fdopen(fd, "w") as f:
         json.dump({"schema": 1, "corners": list(CORNERS), "period_ns": 10.0, "blocks": rows,
-                   "command": "python -m flow.blocks " + " ".join(args.blocks)}, f, indent=2)
+                   "command": "python -m flow.blocks --blocks " + " ".join(args.blocks)}, f, indent=2)
     os.replace(tmp, args.out / "blocks.json")
     (args.out / "blocks.txt").write_text(text + "\n")
     failed = [r["block"] for r in rows if "error" in r or r.get("tests", {}).get("status", "pass") != "pass"

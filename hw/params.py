@@ -18,6 +18,8 @@ import json
 import math
 from dataclasses import dataclass
 
+from nano_k3.fxp_ops import A as MAC_INPUT
+
 NIBBLE_MAX = 15          # int4 weights are unsigned nibbles 0..15 (SPEC §4.3)
 NIBBLE_BITS = 4
 
@@ -43,7 +45,7 @@ class ChipParams:
 
     name: str = "nano"
     mac_lanes: int = 16         # output columns per beat = bytes per 16 B memory beat (SPEC §3)
-    act_bits: int = 16          # signed activation width fed to the MAC lanes
+    act_bits: int = MAC_INPUT.bits  # signed MAC-input mantissa width (fixed-point format A)
     scale_bits: int = 16        # Q3.12 group scale (SPEC §4.3)
     scale_frac: int = 12
     zero_bits: int = 4          # zero point 0..15

