@@ -17,14 +17,31 @@ same on every element of a position.
 Output ``o``: the gated, head-concatenated vector (P elements of X, index order, ``last`` on the
 final one) and, for verification, the read-out ``read`` = q_hat . S' (format S) of the same index.
 
-Micro-architecture (dh lanes, lane j = state column j; SRAM words = one state row):
-  ingest   element pipeline (1/cycle): conv window from the history SRAM, taps, SiLU / sigmoid /
-           decay by LUT, into the position buffer SRAM (q, k, v, alpha, sigmoid(z), w per index);
-           running sums of q^2, k^2 per head for the L2 norms.
-  per head rsqrt(k), rsqrt(q) | pass 1 over rows i: decay S[i] by alpha[i], write back, kS += k_hat[i] S'[i]
-           (q_hat, k_hat stored in the buffer) | u = v - kS, beta u | pass 2 over rows: S'' = S' + k_hat[i] beta u,
-           write back, read += q_hat[i] S''[i] | sum read^2 | rsqrt | gated output pipeline (back-pressured).
-Every lane multiply (24 x 24) has a stage of its own; rounding shifts and saturation take the next one.
+Micro-architecture (dh lanes, lane j = state column j; state SRAM word = one state row). The table
+functions are ``hw.lut_unit`` components: one ``Sigmoid`` (beta, sigmoid(z) and the SiLU of the conv
+outputs, which multiplies x by it), one ``KdaDecay``, one ``Rsqrt`` (the 2H L2 norms and the H gated
+norms) and three ``ApplyMant`` (k_hat, q_hat, the gated norm's read / rms).
+  ingest   element pipeline, one element a cycle (``i.ready`` = 1 until ``last``): conv window from
+           the history SRAM, taps, Sigmoid / KdaDecay, SiLU multiply, into the row buffer SRAM (q, k, v,
+           alpha per index) and the gate SRAM (sigmoid(z), w); running sums of q^2, k^2 per head.
+  norms    after the last element: rsqrt of every head's sum of k^2 and q^2, back to back.
+  rows     per head, one state row a cycle through one pipeline (8 stages): pass 1 decays S[i] by
+           alpha[i], writes it back, accumulates kS += k_hat[i] S'[i] (k_hat, q_hat by ApplyMant, kept
+           in the row buffer); u = v - kS, beta u on the lane multipliers (a 7-cycle gap); pass 2
+           S'' = S' + k_hat[i] beta u, written back, read += q_hat[i] S''[i]. The next head's pass 1
+           follows pass 2 without a gap (the first row of a pass loads the accumulators).
+  tail     per head, overlapping the next head's rows: read is copied into a rotating register,
+           sum read^2 (one squarer, dh cycles), rsqrt, then the back-pressured output pipeline
+           (ApplyMant, gain, x sigmoid(z)). ``i.ready`` rises again after the last output transfer.
+Each lane has two multipliers (33 x 25: S alpha, bu k_hat, u beta; 32 x 24: S' k_hat, S'' q_hat); every
+multiply has a stage of its own, rounding shifts and saturation take the next one.
+
+Latency (no idles, no back-pressure; measured by verification/test_kda_engine.py ``kda_latency``):
+ingest takes one cycle per element (5P + H elements); the last output element leaves 256 cycles after
+the last input element for nano (H=2, dh=32: 322 + 256 = 578 cycles a position; was 322 + 338) and
+112 for tiny (H=1, dh=16: 81 + 112 = 193). Of the 256, roughly: 13 drain the ingest pipeline, 7 get head 0's
+rsqrts, 2 x (2 dh + 8) issue the rows, 7 finish the last row, dh + 2 sum read^2, 7 rsqrt, then
+dh outputs behind the 7-stage output pipeline.
 """
 from __future__ import annotations
 
@@ -32,14 +49,13 @@ import enum
 import math
 from dataclasses import dataclass
 
-from amaranth.hdl import Array, ClockSignal, Const, Instance, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Array, Cat, ClockSignal, Const, Instance, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import stream, wiring
 from amaranth.lib.data import ArrayLayout, StructLayout
 from amaranth.lib.wiring import In, Out
 
-from hw.kda_lut import Rsqrt, lut_rom
+from hw.lut_unit import ApplyMant, KdaDecay, Rsqrt, Sigmoid, clamp, delay, round_shift_const
 from nano_k3 import fxp_math
-from nano_k3 import luts as L
 from nano_k3.config import L2_EPS, RMS_EPS
 from nano_k3.fxp_ops import ALPHA, SQ_FRAC, UNIT, P, S, X
 from nano_k3.tensors import PARAM_FORMATS
@@ -48,6 +64,7 @@ PARAM_BITS = 16                                   # every small parameter is an 
 TAP_FRAC = PARAM_FORMATS["q4_11"][0]              # conv taps, dtb
 A_FRAC = PARAM_FORMATS["uq8_8"][0]                # A
 W_FRAC = PARAM_FORMATS["norm"][0]                 # onorm.w, gain = 2^W_FRAC + w
+ROM_DIR = "roms"                                  # $readmemh folder, relative to the tool's working directory
 
 
 class Sel(enum.IntEnum):
@@ -109,36 +126,40 @@ def out_layout(p: KdaParams) -> StructLayout:
     return StructLayout({"data": signed(X.bits), "read": signed(S.bits), "last": unsigned(1)})
 
 
-def _rs(v, s: int):
-    """Round half up by a constant shift (fxp_ops.round_shift); a left shift for s <= 0."""
-    return (v + (1 << (s - 1))) >> s if s > 0 else v << (-s)
+def _is(v, const: int):
+    """v == const, written as a reduction for 0 (yosys prints `x == 0` as `!x`, which Verilator flags)."""
+    return ~v.any() if const == 0 else v == const
 
 
-def _rs_var(v, sm1):
-    """Round half up by a variable shift s >= 1, given s - 1: floor((floor(v / 2^(s-1)) + 1) / 2)."""
-    return ((v >> sm1) + 1) >> 1
+def _pack(*parts):
+    """Concatenate (value, field width) pairs, LSB first: each value truncated or zero-padded to its field."""
+    return Cat(*(Cat(v.as_unsigned()[:w], Const(0, max(0, w - len(v)))) for v, w in parts))
 
 
-def _clip(v, fmt):
-    return Mux(v > fmt.hi, fmt.hi, Mux(v < fmt.lo, fmt.lo, v))
-
-
-def _apply_shift_range(ss_lo: int, ss_hi: int, frac: int, v_frac: int, out_frac: int) -> tuple[int, int]:
-    """Range of the apply_mant shift v_frac + 23 - e - out_frac over every rsqrt input in [ss_lo, ss_hi]."""
-    shifts = []
-    for lead in range(ss_lo.bit_length() - 1, ss_hi.bit_length()):
-        E = lead - frac
-        e = -((E - (E & 1)) >> 1)
-        shifts.append(v_frac + fxp_math.MANT_FRAC - e - out_frac)
-    return min(shifts), max(shifts)
+def _rsqrt_e_range(m_lo: int, m_hi: int, frac: int) -> tuple[int, int]:
+    """Exponents fxp_math.rsqrt returns for every m in [m_lo, m_hi] at ``frac`` (ApplyMant's shift range)."""
+    es = [-((lead - frac - ((lead - frac) & 1)) >> 1) for lead in range(m_lo.bit_length() - 1, m_hi.bit_length())]
+    return min(es), max(es)
 
 
 class KdaEngine(wiring.Component):
-    """KDA token mixer core for one position (see module docstring)."""
+    """KDA token mixer core for one position (see the module docstring)."""
 
-    E_LAT = 11          # ingest pipeline depth (accept -> last accumulation)
+    # ingest stages: E1 window, E2 conv products, E3 conv sum / (f + dtb) A, E4 x in X, Sigmoid,
+    # E9 table outputs, E10 SiLU product, E11 SiLU in X (SRAM writes), E12 square, E13 sums of squares
+    E_SIG = 4
+    E_TAB = E_SIG + Sigmoid.LATENCY
+    E_WRITE = E_TAB + 2
+    E_SUMS = E_WRITE + 2
+    # row pipeline stages (row issued at stage 0): 1 SRAM words, 2 lane product A, 3 rounded row (state
+    # write-back), 4 k_hat / q_hat (buffer write), 5 lane product B, 6 accumulators, 7 u / read captured
+    R_HAT = 1 + ApplyMant.LATENCY
+    R_ACC = R_HAT + 2
+    BU_GAP = R_ACC + 2          # cycles from the last pass-1 row to the first pass-2 row (bu ready)
+    # output pipeline: ApplyMant, gain product, rounded, x sigmoid(z), output register
+    O_LAT = ApplyMant.LATENCY + 4
 
-    def __init__(self, params: KdaParams):
+    def __init__(self, params: KdaParams, *, rom_dir: str = ROM_DIR):
         if not isinstance(params, KdaParams):
             self._MustUse__silence = True
             raise TypeError(f"KdaEngine needs a hw.kda_engine.KdaParams, got {params!r}")
@@ -146,24 +167,25 @@ class KdaEngine(wiring.Component):
             self._MustUse__silence = True
             raise ValueError(f"S.frac={S.frac} < X.frac={X.frac}: v cannot be aligned to S by a left shift")
         self.params = p = params
+        self.rom_dir = rom_dir
         dh = p.dh
-        self.lg_dh = dh.bit_length() - 1
-        # rsqrt inputs and the apply_mant shift ranges, from the formats
-        # sums of squares are exact, then rounded once to SQ_FRAC (fxp_math.sum_squares) plus eps
-        self.l2_bits = 2 * X.bits + self.lg_dh
-        self.l2_eps = fxp_math.eps_int(L2_EPS, SQ_FRAC)
-        self.rn_bits = 2 * S.bits + self.lg_dh
-        self.rn_eps = fxp_math.eps_int(RMS_EPS * dh * dh, SQ_FRAC)
+        self.lg_dh = lg = dh.bit_length() - 1
+        # sums of squares are exact, then rounded once to SQ_FRAC (fxp_math.sum_squares), plus eps
+        self.l2_bits, self.rn_bits = 2 * X.bits + lg, 2 * S.bits + lg
         self.l2_sq_shift, self.rn_sq_shift = 2 * X.frac - SQ_FRAC, 2 * S.frac - SQ_FRAC
-        self.l2_frac, self.rn_frac = SQ_FRAC, SQ_FRAC + self.lg_dh
-        l2_hi = (dh << (2 * X.bits - 2)) >> max(0, self.l2_sq_shift) << max(0, -self.l2_sq_shift)
-        rn_hi = (dh << (2 * S.bits - 2)) >> max(0, self.rn_sq_shift) << max(0, -self.rn_sq_shift)
-        self.l2_shift = _apply_shift_range(self.l2_eps, self.l2_eps + l2_hi + 1, self.l2_frac, X.frac, UNIT.frac)
-        self.rn_shift = _apply_shift_range(self.rn_eps, self.rn_eps + rn_hi + 1, self.rn_frac, S.frac, X.frac)
-        for what, (lo, hi) in (("l2", self.l2_shift), ("rmsnorm", self.rn_shift)):
-            if lo < 1:
-                self._MustUse__silence = True
-                raise ValueError(f"{what} apply_mant shift range {lo}..{hi} includes a left shift; unsupported")
+        self.l2_eps = fxp_math.eps_int(L2_EPS, SQ_FRAC)
+        self.rn_eps = fxp_math.eps_int(RMS_EPS * dh * dh, SQ_FRAC)     # gated_norm's eps * dh, times n = dh (rmsnorm)
+        self.l2_frac, self.rn_frac = SQ_FRAC, SQ_FRAC + lg
+        l2_hi = round_shift_const(dh << (2 * X.bits - 2), self.l2_sq_shift) + self.l2_eps
+        rn_hi = round_shift_const(dh << (2 * S.bits - 2), self.rn_sq_shift) + self.rn_eps
+        self.rsqrt = Rsqrt(m_bits=max(l2_hi, rn_hi).bit_length(), frac_bits=max(self.l2_frac, self.rn_frac).bit_length(),
+                           rom_dir=rom_dir)
+        self.y_bits = X.frac + math.ceil(lg / 2) + 2                    # read / rms <= sqrt(dh), plus margin
+        self.apply_k, self.apply_q = (
+            ApplyMant(v_bits=X.bits, v_frac=X.frac, out_frac=UNIT.frac, out_bits=UNIT.bits,
+                      e_range=_rsqrt_e_range(self.l2_eps, l2_hi, self.l2_frac)) for _ in range(2))
+        self.apply_o = ApplyMant(v_bits=S.bits, v_frac=S.frac, out_frac=X.frac, out_bits=self.y_bits,
+                                 e_range=_rsqrt_e_range(self.rn_eps, rn_hi, self.rn_frac))
         super().__init__({
             "i": In(stream.Signature(in_layout(p))),
             "o": Out(stream.Signature(out_layout(p))),
@@ -174,404 +196,354 @@ class KdaEngine(wiring.Component):
         p = self.params
         H, dh, K, Pw = p.heads, p.dh, p.conv_k, p.width
         ip = self.i.payload
+        one = Const(1, 1)
+        hbits = max(1, (H - 1).bit_length())
 
-        # ---- storage -------------------------------------------------------------------------
-        st_depth = max(2, p.max_layers * H * dh)
-        st_w = _bytes(dh * S.bits)
-        hi_depth = max(2, p.max_layers * 3 * Pw)
-        hi_w = _bytes((K - 1) * X.bits)
-        fq = _bytes(max(X.bits, UNIT.bits))
-        fields = {"q": fq, "k": fq, "v": _bytes(X.bits), "alpha": _bytes(ALPHA.bits), "sigz": _bytes(P.bits),
-                  "w": PARAM_BITS}
-        off, o = {}, 0
-        for name, w in fields.items():
-            off[name] = o
-            o += w
-        bf_w, bf_depth = o, max(2, Pw)
-
+        # ---- storage (SPEC §5: every array is an msh_sram) ----------------------------------------
         def sram(name, depth, width):
+            depth = max(2, depth)
+            aw = (depth - 1).bit_length()
             ports = {n: Signal(w, name=f"{name}_{n}") for n, w in (
-                ("we", 1), ("waddr", (depth - 1).bit_length()), ("wdata", width), ("wstrb", width // 8),
-                ("re", 1), ("raddr", (depth - 1).bit_length()), ("rdata", width))}
+                ("we", 1), ("waddr", aw), ("wdata", width), ("wstrb", width // 8), ("re", 1), ("raddr", aw),
+                ("rdata", width))}
             m.submodules[name] = Instance(
-                "msh_sram", p_DEPTH=depth, p_WIDTH=width, p_ADDRW=(depth - 1).bit_length(), i_clk=ClockSignal(),
+                "msh_sram", p_DEPTH=depth, p_WIDTH=width, p_ADDRW=aw, i_clk=ClockSignal(),
                 i_we=ports["we"], i_waddr=ports["waddr"], i_wdata=ports["wdata"], i_wstrb=ports["wstrb"],
                 i_re=ports["re"], i_raddr=ports["raddr"], o_rdata=ports["rdata"])
             return ports
 
-        st = sram("kda_state_sram", st_depth, st_w)
-        hs = sram("kda_hist_sram", hi_depth, hi_w)
-        bf = sram("kda_buf_sram", bf_depth, bf_w)
+        def fields(spec):
+            off, o = {}, 0
+            for name, w in spec.items():
+                off[name] = (o, w)
+                o += w
+            return off, o
 
-        def strb(*names):
-            v = 0
-            for n in names:
-                for b in range(off[n] // 8, (off[n] + fields[n]) // 8):
-                    v |= 1 << b
-            return v
+        def strb(off, *names):
+            return sum(1 << b for n in names for b in range(off[n][0] // 8, (off[n][0] + off[n][1]) // 8))
+
+        def field(word, off, name, bits, sgn=True):
+            v = word[off[name][0]:off[name][0] + bits]
+            return v.as_signed() if sgn else v
+
+        st_w = _bytes(dh * S.bits)
+        hi_w = _bytes((K - 1) * X.bits)
+        fq = _bytes(max(X.bits, UNIT.bits))
+        bf_off, bf_w = fields({"q": fq, "k": fq, "v": _bytes(X.bits), "alpha": _bytes(ALPHA.bits)})
+        gt_off, gt_w = fields({"sigz": _bytes(P.bits), "w": PARAM_BITS})
+        st = sram("kda_state_sram", p.max_layers * H * dh, st_w)      # state rows
+        hs = sram("kda_hist_sram", p.max_layers * 3 * Pw, hi_w)       # conv histories (K-1 inputs)
+        bf = sram("kda_buf_sram", Pw, bf_w)                           # q, k (then q_hat, k_hat), v, alpha
+        gt = sram("kda_gate_sram", Pw, gt_w)                          # sigmoid(z), w (output pipeline)
+
+        # ---- shared units -----------------------------------------------------------------------
+        m.submodules.sigmoid = sig = Sigmoid(rom_dir=self.rom_dir)
+        m.submodules.decay = dec = KdaDecay(rom_dir=self.rom_dir)
+        m.submodules.rsqrt = rsq = self.rsqrt
+        m.submodules.apply_k = apk = self.apply_k
+        m.submodules.apply_q = apq = self.apply_q
+        m.submodules.apply_o = apo = self.apply_o
 
         # ---- control state ---------------------------------------------------------------------
+        # Two controllers, each a state register with one If per state (codes from 1: no `== 0`).
+        ISSUE = {n: k + 1 for k, n in enumerate(("INGEST", "DRAIN", "P1", "BU", "P2", "FINISH"))}
+        TAIL = {n: k + 1 for k, n in enumerate(("IDLE", "SS", "RSQ", "OUT"))}
+        state = Signal(range(len(ISSUE) + 1), init=ISSUE["INGEST"])
+        tstate = Signal(range(len(TAIL) + 1), init=TAIL["IDLE"])
         layer = Signal.like(ip.layer)
         restart = Signal()
+        cnt = Signal(range(max(dh, self.E_SUMS + Rsqrt.LATENCY, self.BU_GAP) + 2))
+        row = Signal(range(dh))
         head = Signal(range(max(2, H)))
         beta = Array(Signal(P.bits, name=f"beta_{h}") for h in range(H))
         ssq = Array(Signal(self.l2_bits, name=f"ssq_{h}") for h in range(H))
         ssk = Array(Signal(self.l2_bits, name=f"ssk_{h}") for h in range(H))
-        cnt = Signal(range(dh + 16))
-        ingest = Signal()
-        clear_ss = Signal()
-
-        rsq_bits = max(self.l2_bits, self.rn_bits) + 1 + max(0, -self.l2_sq_shift, -self.rn_sq_shift)
-        rsq = m.submodules.rsqrt = Rsqrt(rsq_bits, (self.l2_frac, self.rn_frac))
-        mant_k, mant_q, mant_o = (Signal(len(rsq.o_mant), name=n) for n in ("mant_k", "mant_q", "mant_o"))
-        sk_m1, sq_m1, so_m1 = (Signal(8, name=n) for n in ("sk_m1", "sq_m1", "so_m1"))
-
-        # ---- ingest pipeline -------------------------------------------------------------------
-        m.d.comb += self.i.ready.eq(ingest)
+        mant_k, mant_q = (Array(Signal(len(rsq.o.mant), name=f"mant_{n}{h}") for h in range(H)) for n in "kq")
+        e_k, e_q = (Array(Signal(rsq.o.e.shape(), name=f"e_{n}{h}") for h in range(H)) for n in "kq")
+        mant_o, e_o = Signal.like(rsq.o.mant, name="mant_o"), Signal.like(rsq.o.e, name="e_o")
+        pos_done = Signal()
         take = Signal()
-        m.d.comb += take.eq(self.i.valid & self.i.ready)
+        m.d.comb += [self.i.ready.eq(state == ISSUE["INGEST"]), take.eq(self.i.valid & self.i.ready)]
+
+        # ---- ingest pipeline (never stalls) ------------------------------------------------------
         hist_addr = Signal.like(hs["raddr"])
-        sel_i = Signal(3)
-        m.d.comb += [sel_i.eq(ip.sel), hist_addr.eq(ip.layer * (3 * Pw) + Mux(sel_i > 2, 0, sel_i) * Pw + ip.idx)]
-        m.d.comb += [hs["re"].eq(take), hs["raddr"].eq(hist_addr)]
-
-        def stage(name, shape, src, en=None):
-            s = Signal(shape, name=name)
-            m.d.sync += s.eq(src)
-            return s
-
-        e1v = stage("e1v", 1, take)
-        e1 = stage("e1", in_layout(p), ip)
-        e1a = stage("e1_haddr", len(hist_addr), hist_addr)
-        e1rst = stage("e1_rst", 1, ip.restart)
+        m.d.comb += [hist_addr.eq(ip.layer * (3 * Pw) + Mux(ip.sel > Sel.V, 0, ip.sel) * Pw + ip.idx),
+                     hs["re"].eq(take), hs["raddr"].eq(hist_addr)]
+        e1v, e1, e1a = Signal(), Signal(in_layout(p)), Signal.like(hist_addr)
+        m.d.sync += [e1v.eq(take), e1.eq(ip), e1a.eq(hist_addr)]
         hword = Signal(hi_w)
-        m.d.comb += hword.eq(Mux(e1rst, 0, hs["rdata"]))
+        m.d.comb += hword.eq(Mux(e1.restart, 0, hs["rdata"]))
         window = [hword[j * X.bits:(j + 1) * X.bits].as_signed() for j in range(K - 1)] + [e1.data]
-        is_conv = Signal()
-        m.d.comb += is_conv.eq(e1.sel <= Sel.V)
-        new_hist = Signal(hi_w)
-        m.d.comb += new_hist.eq(Const(0, hi_w))
-        for j in range(K - 1):
-            m.d.comb += new_hist[j * X.bits:(j + 1) * X.bits].eq(window[j + 1])
-        m.d.comb += [hs["we"].eq(e1v & is_conv), hs["waddr"].eq(e1a), hs["wdata"].eq(new_hist),
-                     hs["wstrb"].eq((1 << (hi_w // 8)) - 1)]
-        # e2: conv products; f + dtb
+        m.d.comb += [hs["we"].eq(e1v & (e1.sel <= Sel.V)), hs["waddr"].eq(e1a),
+                     hs["wdata"].eq(_pack(*((w, X.bits) for w in window[1:]))), hs["wstrb"].eq((1 << (hi_w // 8)) - 1)]
+        # side band of an element from E1 to the SRAM writes
+        sb_layout = StructLayout({"v": 1, "sel": unsigned(3), "idx": len(ip.idx), "w": signed(PARAM_BITS)})
+        sb1 = Signal(sb_layout)
+        m.d.comb += [sb1.v.eq(e1v), sb1.sel.eq(e1.sel), sb1.idx.eq(e1.idx), sb1.w.eq(e1.w)]
+        # E2: conv products, f + dtb in X
         prod_w = X.bits + PARAM_BITS
-        e2v, e2sel, e2idx, e2w = stage("e2v", 1, e1v), stage("e2sel", 3, e1.sel), stage("e2idx", len(e1.idx), e1.idx), \
-            stage("e2w", signed(PARAM_BITS), e1.w)
-        e2data = stage("e2data", signed(X.bits), e1.data)
-        e2p = [stage(f"e2p{j}", signed(prod_w), window[j] * e1.taps[j]) for j in range(K)]
-        e2fx = stage("e2fx", signed(X.bits + 2), e1.data + (e1.dtb << (X.frac - TAP_FRAC)))
-        e2a = stage("e2a", unsigned(PARAM_BITS), e1.a)
-        # e3: conv sum; (f + dtb) * A
-        e3v, e3sel, e3idx, e3w, e3data = (stage("e3v", 1, e2v), stage("e3sel", 3, e2sel),
-                                           stage("e3idx", len(e2idx), e2idx), stage("e3w", signed(PARAM_BITS), e2w),
-                                           stage("e3data", signed(X.bits), e2data))
-        e3sum = stage("e3sum", signed(prod_w + 3), sum(e2p[1:], e2p[0]))
-        e3g = stage("e3g", signed(X.bits + 2 + PARAM_BITS + 1), e2fx * e2a)
-        # e4: requantise to X: conv -> X.fit(frac + 11); F -> X.fit(frac + 8); B, Z pass
-        e4v, e4sel, e4idx, e4w = (stage("e4v", 1, e3v), stage("e4sel", 3, e3sel), stage("e4idx", len(e3idx), e3idx),
-                                  stage("e4w", signed(PARAM_BITS), e3w))
+        e2p = [Signal(signed(prod_w), name=f"conv_p{j}") for j in range(K)]
+        e2fx, e2a, e2d = Signal(signed(X.bits + 2)), Signal(unsigned(PARAM_BITS)), Signal(signed(X.bits))
+        m.d.sync += [*(e2p[j].eq(window[j] * e1.taps[j]) for j in range(K)),
+                     e2fx.eq(e1.data + (e1.dtb << (X.frac - TAP_FRAC))), e2a.eq(e1.a), e2d.eq(e1.data)]
+        sb2 = delay(m, one, sb1, 1, "sb")
+        # E3: conv sum; (f + dtb) A
+        e3sum = Signal(signed(prod_w + K.bit_length()))
+        e3g = Signal(signed(X.bits + 3 + PARAM_BITS))
+        e3d = Signal(signed(X.bits))
+        m.d.sync += [e3sum.eq(sum(e2p[1:], e2p[0])), e3g.eq(e2fx * e2a), e3d.eq(e2d)]
+        sb3 = delay(m, one, sb2, 1, "sb2")
+        # E4: into X: conv -> X.fit(frac + TAP_FRAC), F -> X.fit(frac + A_FRAC), B and Z as they are
         x4 = Signal(signed(X.bits))
-        with m.If(e3sel <= Sel.V):
-            m.d.sync += x4.eq(_clip(_rs(e3sum, TAP_FRAC), X))
-        with m.Elif(e3sel == Sel.F):
-            m.d.sync += x4.eq(_clip(_rs(e3g, A_FRAC), X))
-        with m.Else():
-            m.d.sync += x4.eq(e3data)
-        # e5: table indices (sigmoid of |x|, decay of clamp(g))
-        e5v, e5sel, e5idx, e5w, x5 = (stage("e5v", 1, e4v), stage("e5sel", 3, e4sel),
-                                      stage("e5idx", len(e4idx), e4idx), stage("e5w", signed(PARAM_BITS), e4w),
-                                      stage("x5", signed(X.bits), x4))
-        ts, td = L.tables()["sigmoid"], L.tables()["kda_decay"]
-        absx = Signal(unsigned(X.bits))
-        m.d.comb += absx.eq(Mux(x4 < 0, -x4, x4))
-        inside = absx < (L.SIGMOID_RANGE << X.frac)
-        ac = Mux(inside, absx, 0)
-        e5in, e5neg = stage("e5in", 1, inside), stage("e5neg", 1, x4 < 0)
-        sig_i = stage("sig_i", ts.index_bits, ac >> L.SIGMOID_INTERP)
-        sig_r = stage("sig_r", L.SIGMOID_INTERP, ac[:L.SIGMOID_INTERP])
-        lim = L.DECAY_RANGE << X.frac
-        uu = Signal(unsigned(X.bits + 1))
-        m.d.comb += uu.eq(Mux(x4 < -lim, 0, Mux(x4 > lim - 1, 2 * lim - 1, x4 + lim)))
-        dec_i = stage("dec_i", td.index_bits, uu >> L.DECAY_INTERP)
-        dec_r = stage("dec_r", L.DECAY_INTERP, uu[:L.DECAY_INTERP])
-        # e6: ROM + interpolation
-        e6v, e6sel, e6idx, e6w, x6, e6in, e6neg = (
-            stage("e6v", 1, e5v), stage("e6sel", 3, e5sel), stage("e6idx", len(e5idx), e5idx),
-            stage("e6w", signed(PARAM_BITS), e5w), stage("x6", signed(X.bits), x5), stage("e6in", 1, e5in),
-            stage("e6neg", 1, e5neg))
-        sig6 = Signal(ts.base_bits + 1)
-        dec6 = Signal(td.base_bits + 1)
-        lut_rom(m, "sigmoid", sig_i, sig_r, sig6, tag="sig")
-        lut_rom(m, "kda_decay", dec_i, dec_r, dec6, tag="dec")
-        # e7: sigmoid symmetry; decay passes
-        one_p = fxp_math.ONE_P
-        e7v, e7sel, e7idx, e7w, x7 = (stage("e7v", 1, e6v), stage("e7sel", 3, e6sel),
-                                      stage("e7idx", len(e6idx), e6idx), stage("e7w", signed(PARAM_BITS), e6w),
-                                      stage("x7", signed(X.bits), x6))
-        sv = Mux(e6in, sig6, one_p)
-        y7 = stage("y7", unsigned(P.bits + 1), Mux(e6sel == Sel.F, dec6, Mux(e6neg, one_p - sv, sv)))
-        # e8: SiLU multiply
-        e8v, e8sel, e8idx, e8w, y8 = (stage("e8v", 1, e7v), stage("e8sel", 3, e7sel),
-                                      stage("e8idx", len(e7idx), e7idx), stage("e8w", signed(PARAM_BITS), e7w),
-                                      stage("y8", unsigned(P.bits + 1), y7))
-        silu8 = stage("silu8", signed(X.bits + P.bits + 2), x7 * y7)
-        # e9: requantise the SiLU; write the buffer
-        e9v, e9sel, e9idx = stage("e9v", 1, e8v), stage("e9sel", 3, e8sel), stage("e9idx", len(e8idx), e8idx)
-        c9 = stage("c9", signed(X.bits), _clip(_rs(silu8, P.frac), X))
-        bword = Signal(bf_w)
-        m.d.comb += bword.eq(0)
-        wstrb_ing = Signal(bf_w // 8)
-        with m.Switch(e8sel):
-            for s, name in ((Sel.Q, "q"), (Sel.K, "k"), (Sel.V, "v")):
-                with m.Case(s):
-                    m.d.comb += [bword[off[name]:off[name] + X.bits].eq(_clip(_rs(silu8, P.frac), X)),
-                                 wstrb_ing.eq(strb(name))]
-            with m.Case(Sel.F):
-                m.d.comb += [bword[off["alpha"]:off["alpha"] + ALPHA.bits].eq(y8), wstrb_ing.eq(strb("alpha"))]
-            with m.Case(Sel.Z):
-                m.d.comb += [bword[off["sigz"]:off["sigz"] + P.bits].eq(y8), bword[off["w"]:off["w"] + PARAM_BITS].eq(e8w),
-                             wstrb_ing.eq(strb("sigz", "w"))]
-            with m.Case(Sel.B):
-                with m.If(e8v):
-                    m.d.sync += beta[e8idx[:max(1, (H - 1).bit_length())] if H > 1 else 0].eq(y8)
-        # e10: squares for the L2 norms; e11: per-head sums
-        e10v, e10sel = stage("e10v", 1, e9v), stage("e10sel", 3, e9sel)
-        e10h = stage("e10h", range(max(2, H)), e9idx >> self.lg_dh)
-        sq10 = stage("sq10", unsigned(2 * X.bits), c9 * c9)
+        m.d.sync += x4.eq(Mux(sb3.sel <= Sel.V, clamp(round_shift_const(e3sum, TAP_FRAC), X.lo, X.hi),
+                              Mux(sb3.sel == Sel.F, clamp(round_shift_const(e3g, A_FRAC), X.lo, X.hi), e3d)))
+        sb4 = delay(m, one, sb3, 1, "sb3")
+        # E4 -> E9: sigmoid(x), kda_decay(x) (one cycle later, so both land at E9)
+        m.d.comb += [sig.i.x.eq(x4), sig.i_valid.eq(sb4.v), dec.i.g.eq(delay(m, one, x4, 1, "xg")),
+                     dec.i_valid.eq(0)]
+        x9 = delay(m, one, x4, Sigmoid.LATENCY, "xs")
+        sb9 = delay(m, one, sb4, Sigmoid.LATENCY, "sb4")
+        # E10: SiLU product; table output by selector. E11: SiLU rounded to X
+        silu10 = Signal(signed(X.bits + P.bits + 1))
+        y10 = Signal(P.bits)
+        m.d.sync += [silu10.eq(x9 * sig.o.y), y10.eq(Mux(sb9.sel == Sel.F, dec.o.y, sig.o.y))]
+        sb10 = delay(m, one, sb9, 1, "sb9")
+        c11 = Signal(signed(X.bits))
+        m.d.sync += c11.eq(clamp(round_shift_const(silu10, P.frac), X.lo, X.hi))
+        y11 = delay(m, one, y10, 1, "y10")
+        sb11 = delay(m, one, sb10, 1, "sb10")
+        # E11: SRAM / register writes
+        bword, gword = Signal(bf_w), Signal(gt_w)
+        m.d.comb += [bword.eq(_pack((c11, fq), (c11, fq), (c11, _bytes(X.bits)), (y11, _bytes(ALPHA.bits)))),
+                     gword.eq(_pack((y11, _bytes(P.bits)), (sb11.w, PARAM_BITS)))]
+        ing_we = sb11.v & ((sb11.sel <= Sel.V) | (sb11.sel == Sel.F))
+        ing_strb = Mux(_is(sb11.sel, Sel.Q), strb(bf_off, "q"), Mux(sb11.sel == Sel.K, strb(bf_off, "k"),
+                       Mux(sb11.sel == Sel.V, strb(bf_off, "v"), strb(bf_off, "alpha"))))
+        with m.If(sb11.v & (sb11.sel == Sel.B)):
+            m.d.sync += beta[sb11.idx[:hbits]].eq(y11)
+        m.d.comb += [gt["we"].eq(sb11.v & (sb11.sel == Sel.Z)), gt["waddr"].eq(sb11.idx), gt["wdata"].eq(gword),
+                     gt["wstrb"].eq((1 << (gt_w // 8)) - 1)]
+        # E12: squares for the L2 norms; E13: per-head sums
+        sq12 = Signal(unsigned(2 * X.bits))
+        m.d.sync += sq12.eq(c11 * c11)
+        sb12 = delay(m, one, sb11, 1, "sb11")
+        h12 = sb12.idx >> self.lg_dh
+        clear_ss = Signal()
         with m.If(clear_ss):
             m.d.sync += [s.eq(0) for s in (*ssq, *ssk)]
-        with m.Elif(e10v & (e10sel == Sel.Q)):
-            m.d.sync += ssq[e10h].eq(ssq[e10h] + sq10)
-        with m.Elif(e10v & (e10sel == Sel.K)):
-            m.d.sync += ssk[e10h].eq(ssk[e10h] + sq10)
+        with m.Elif(sb12.v & _is(sb12.sel, Sel.Q)):
+            m.d.sync += ssq[h12].eq(ssq[h12] + sq12)
+        with m.Elif(sb12.v & (sb12.sel == Sel.K)):
+            m.d.sync += ssk[h12].eq(ssk[h12] + sq12)
 
-        # ---- lanes -----------------------------------------------------------------------------
+        # ---- rsqrt requests: 2H L2 norms after the drain (tag 2h: k of head h, 2h + 1: q), then the tails' --
+        l2_rq = Signal(range(2 * H + 1), init=2 * H)          # next L2 request; 2H = none pending
+        tail_rq = Signal()
+        rq_m, rq_frac = Signal.like(rsq.i.m), Signal.like(rsq.i.frac)
+        rq_v, rq_tag = Signal(), Signal(range(2 * H + 1))      # tag 2H: the tail's gated norm
+        l2_ss = Mux(l2_rq[0], ssq[l2_rq >> 1], ssk[l2_rq >> 1])
+        ss_o = Signal(self.rn_bits)
+        m.d.sync += [rq_v.eq((l2_rq < 2 * H) | tail_rq), rq_tag.eq(Mux(l2_rq < 2 * H, l2_rq, 2 * H)),
+                     rq_m.eq(Mux(l2_rq < 2 * H, round_shift_const(l2_ss, self.l2_sq_shift) + self.l2_eps,
+                                 round_shift_const(ss_o, self.rn_sq_shift) + self.rn_eps)),
+                     rq_frac.eq(Mux(l2_rq < 2 * H, self.l2_frac, self.rn_frac))]
+        with m.If(l2_rq < 2 * H):
+            m.d.sync += l2_rq.eq(l2_rq + 1)
+        m.d.comb += [rsq.i_valid.eq(rq_v), rsq.i.m.eq(rq_m), rsq.i.frac.eq(rq_frac)]
+        rs_tag = delay(m, one, rq_tag, Rsqrt.LATENCY, "rsq_tag")
+        rsqrt_o = Signal()                                     # the tail's result is on rsq.o
+        with m.If(rsq.o_valid):
+            with m.If(rs_tag == 2 * H):
+                m.d.comb += rsqrt_o.eq(1)
+                m.d.sync += [mant_o.eq(rsq.o.mant), e_o.eq(rsq.o.e)]
+            with m.Elif(rs_tag[0]):
+                m.d.sync += [mant_q[rs_tag >> 1].eq(rsq.o.mant), e_q[rs_tag >> 1].eq(rsq.o.e)]
+            with m.Else():
+                m.d.sync += [mant_k[rs_tag >> 1].eq(rsq.o.mant), e_k[rs_tag >> 1].eq(rsq.o.e)]
+
+        # ---- row pipeline ------------------------------------------------------------------------
+        ctl_layout = StructLayout({"v": 1, "p2": 1, "first": 1, "last": 1, "row": range(dh), "head": range(max(2, H))})
+        ctl = [Signal(ctl_layout, name=f"row{k}") for k in range(self.R_ACC + 2)]
+        m.d.sync += [ctl[k].eq(ctl[k - 1]) for k in range(1, len(ctl))]
+        st_base = lambda c: layer * (H * dh) + c.head * dh                 # noqa: E731
+        bf_addr = lambda c: Cat(c.row, c.head[:hbits]) if H > 1 else c.row  # noqa: E731
+        m.d.comb += [st["re"].eq(ctl[0].v), st["raddr"].eq(st_base(ctl[0]) + ctl[0].row),
+                     bf["re"].eq(ctl[0].v), bf["raddr"].eq(bf_addr(ctl[0]))]
+        c1 = ctl[1]
         lanes = range(dh)
-        vl = [Signal(signed(X.bits), name=f"v_{j}") for j in lanes]
+        srow = [Mux(restart & ~c1.p2, 0, st["rdata"][j * S.bits:(j + 1) * S.bits].as_signed()) for j in lanes]
+        b_q, b_k = field(bf["rdata"], bf_off, "q", X.bits), field(bf["rdata"], bf_off, "k", X.bits)
+        b_qhat, b_khat = field(bf["rdata"], bf_off, "q", UNIT.bits), field(bf["rdata"], bf_off, "k", UNIT.bits)
+        b_v = field(bf["rdata"], bf_off, "v", X.bits)
+        b_alpha = field(bf["rdata"], bf_off, "alpha", ALPHA.bits, sgn=False)
+        # stage 1 -> 4: k_hat, q_hat (pass 1)
+        m.d.comb += [apk.i_valid.eq(c1.v & ~c1.p2), apk.i.v.eq(b_k), apk.i.mant.eq(mant_k[c1.head]),
+                     apk.i.e.eq(e_k[c1.head]),
+                     apq.i_valid.eq(c1.v & ~c1.p2), apq.i.v.eq(b_q), apq.i.mant.eq(mant_q[c1.head]),
+                     apq.i.e.eq(e_q[c1.head])]
+        vl = Array(Signal(signed(X.bits), name=f"v_{j}") for j in lanes)
+        with m.If(c1.v & ~c1.p2):
+            m.d.sync += vl[c1.row].eq(b_v)
+        # lane product A (stage 2): S alpha (pass 1), bu k_hat (pass 2), u beta (between the passes)
+        u_l = [Signal(signed(S.bits), name=f"u_{j}") for j in lanes]
         bu = [Signal(signed(S.bits + 1), name=f"bu_{j}") for j in lanes]
-        rd = [Signal(signed(S.bits), name=f"read_{j}") for j in lanes]
-        pa_w = max(S.bits + ALPHA.bits + 1, S.bits + 1 + UNIT.bits)
-        pb_w = S.bits + UNIT.bits
-        acc_w = pb_w + self.lg_dh + 1
-        acc = [Signal(signed(acc_w), name=f"acc_{j}") for j in lanes]
-        pa = [Signal(signed(pa_w), name=f"pa_{j}") for j in lanes]     # lane product A
-        pb = [Signal(signed(pb_w), name=f"pb_{j}") for j in lanes]     # lane product B
-        s2 = [Signal(signed(S.bits), name=f"srow2_{j}") for j in lanes]          # S' (pass 1) / S'' (pass 2)
-        srow1 = [Signal(signed(S.bits), name=f"srow1_{j}") for j in lanes]       # S' row carried in pass 2
-
-        # row pipeline control: r1 = SRAM data valid, r2 = products, r3 = rounded row, r4 = accumulate
-        pass2 = Signal()
-        issue = Signal()
-        r1v, r2v, r3v, r4v = Signal(), Signal(), Signal(), Signal()
-        row = Signal(range(dh + 1))
-        r1row, r2row, r3row = Signal(range(dh)), Signal(range(dh)), Signal(range(dh))
-        m.d.sync += [r1v.eq(issue), r2v.eq(r1v), r3v.eq(r2v), r4v.eq(r3v), r2row.eq(r1row), r3row.eq(r2row)]
-        st_base = Signal(len(st["raddr"]))
-        m.d.comb += st_base.eq(layer * (H * dh) + head * dh)
-        bf_base = Signal(len(bf["raddr"]))
-        m.d.comb += bf_base.eq(head * dh)
-        with m.If(issue):
-            m.d.sync += r1row.eq(row)
-        m.d.comb += [st["re"].eq(issue), st["raddr"].eq(st_base + row)]
-
-        # r1: SRAM row and buffer word
-        srow = [Mux(restart & ~pass2, 0, st["rdata"][j * S.bits:(j + 1) * S.bits].as_signed()) for j in lanes]
-        bq = bf["rdata"][off["q"]:off["q"] + X.bits].as_signed()          # pass 1: q (X)
-        bk = bf["rdata"][off["k"]:off["k"] + X.bits].as_signed()
-        bq_hat = bf["rdata"][off["q"]:off["q"] + UNIT.bits].as_signed()  # pass 2: q_hat (UNIT)
-        bk_hat = bf["rdata"][off["k"]:off["k"] + UNIT.bits].as_signed()
-        bv = bf["rdata"][off["v"]:off["v"] + X.bits].as_signed()
-        balpha = bf["rdata"][off["alpha"]:off["alpha"] + ALPHA.bits]
-        bsigz = bf["rdata"][off["sigz"]:off["sigz"] + P.bits]
-        bw = bf["rdata"][off["w"]:off["w"] + PARAM_BITS].as_signed()
-        kprod = Signal(signed(X.bits + len(mant_k) + 1))
-        qprod = Signal(signed(X.bits + len(mant_q) + 1))
-        q_hat1 = Signal(signed(UNIT.bits))     # pass 2: q_hat[i] from the buffer, for the r3 multiply
-        q_hat2 = Signal(signed(UNIT.bits))
-        k_hat2 = Signal(signed(UNIT.bits))
-        q_hat2b = Signal(signed(UNIT.bits))
-        with m.If(r1v):
-            with m.If(~pass2):
-                m.d.sync += [pa[j].eq(srow[j] * balpha) for j in lanes]
-                m.d.sync += [kprod.eq(bk * mant_k), qprod.eq(bq * mant_q)]
-                for j in lanes:
-                    with m.If(r1row == j):
-                        m.d.sync += vl[j].eq(bv)
-            with m.Else():
-                m.d.sync += [pa[j].eq(bu[j] * bk_hat) for j in lanes]
-                m.d.sync += [srow1[j].eq(srow[j]) for j in lanes]
-                m.d.sync += q_hat1.eq(bq_hat)
-        # r2: pass 1: S' = round(S alpha), k_hat, q_hat; pass 2: S'' = sat(S' + round(k_hat bu))
-        with m.If(r2v):
-            with m.If(~pass2):
-                m.d.sync += [s2[j].eq(_rs(pa[j], ALPHA.frac)) for j in lanes]
-                m.d.sync += [k_hat2.eq(_clip(_rs_var(kprod, sk_m1), UNIT)), q_hat2.eq(_clip(_rs_var(qprod, sq_m1), UNIT))]
-            with m.Else():
-                m.d.sync += [s2[j].eq(_clip(srow1[j] + _rs(pa[j], UNIT.frac), S)) for j in lanes]
-                m.d.sync += q_hat2b.eq(q_hat1)
-        # r3: write the row back; lane product B; pass 1 stores q_hat, k_hat in the buffer
-        st_wrow = Signal(len(st["waddr"]))
-        m.d.comb += st_wrow.eq(st_base + r3row)
-        m.d.comb += [st["we"].eq(r3v), st["waddr"].eq(st_wrow), st["wstrb"].eq((1 << (st_w // 8)) - 1)]
+        pa_b_bits = max(ALPHA.bits, P.bits, UNIT.bits - 1) + 1
+        pa = [Signal(signed(S.bits + 1 + pa_b_bits), name=f"pa_{j}") for j in lanes]
+        u_hold, bu_hold = Signal(), Signal()                 # u_l holds / pa holds u beta
+        u_head = Signal.like(head)
         for j in lanes:
-            m.d.comb += st["wdata"][j * S.bits:(j + 1) * S.bits].eq(s2[j])
-        with m.If(r3v):
-            m.d.sync += [pb[j].eq(s2[j] * Mux(pass2, q_hat2b, k_hat2)) for j in lanes]
-        with m.If(r4v):
-            m.d.sync += [acc[j].eq(acc[j] + pb[j]) for j in lanes]
+            a_op = Mux(u_hold, u_l[j], Mux(c1.p2, bu[j], srow[j]))
+            b_op = Signal(signed(pa_b_bits), name=f"pa_b_{j}") if j == 0 else b_op
+            if j == 0:
+                m.d.comb += b_op.eq(Mux(u_hold, beta[u_head], Mux(c1.p2, b_khat, b_alpha)))
+            m.d.sync += pa[j].eq(a_op * b_op)
+        srow2 = [Signal(signed(S.bits), name=f"srow2_{j}") for j in lanes]
+        m.d.sync += [srow2[j].eq(srow[j]) for j in lanes]
+        qhat = delay(m, one, b_qhat, self.R_HAT - 1, "qhat")   # stage 4 (pass 2)
+        # stage 3: S' = round(S alpha) (pass 1) or S'' = sat(S' + round(k_hat bu)) (pass 2); written back
+        c2, c3, c4, c5 = ctl[2], ctl[3], ctl[4], ctl[5]
+        s3 = [Signal(signed(S.bits), name=f"srow3_{j}") for j in lanes]
+        m.d.sync += [s3[j].eq(Mux(c2.p2, clamp(srow2[j] + round_shift_const(pa[j], UNIT.frac), S.lo, S.hi),
+                                  round_shift_const(pa[j], ALPHA.frac))) for j in lanes]
+        with m.If(bu_hold):
+            m.d.sync += [bu[j].eq(round_shift_const(pa[j], P.frac)) for j in lanes]
+        m.d.comb += [st["we"].eq(c3.v), st["waddr"].eq(st_base(c3) + c3.row), st["wdata"].eq(Cat(*s3)),
+                     st["wstrb"].eq((1 << (st_w // 8)) - 1)]
+        s4 = [delay(m, one, s3[j], 1, f"srow4_{j}") for j in lanes]
+        # stage 4: k_hat / q_hat into the row buffer (pass 1); stage 5: lane product B
+        m.d.comb += [bf["we"].eq(Mux(c4.v & ~c4.p2, 1, ing_we)),
+                     bf["waddr"].eq(Mux(c4.v & ~c4.p2, bf_addr(c4), sb11.idx)),
+                     bf["wdata"].eq(Mux(c4.v & ~c4.p2, _pack((apq.o.y, fq), (apk.o.y, fq)), bword)),
+                     bf["wstrb"].eq(Mux(c4.v & ~c4.p2, strb(bf_off, "q", "k"), ing_strb))]
+        pb_w = S.bits + UNIT.bits
+        pb = [Signal(signed(pb_w), name=f"pb_{j}") for j in lanes]
+        hat4 = Mux(c4.p2, qhat, apk.o.y)
+        m.d.sync += [pb[j].eq(s4[j] * hat4) for j in lanes]
+        # stage 6: accumulators (the first row of a pass loads them)
+        acc = [Signal(signed(pb_w + self.lg_dh + 1), name=f"acc_{j}") for j in lanes]
+        with m.If(c5.v):
+            m.d.sync += [acc[j].eq(Mux(c5.first, pb[j], acc[j] + pb[j])) for j in lanes]
+        # stage 6 of a pass's last row: u = sat(v - kS) (pass 1) or read = sat(q_hat . S'') (pass 2)
+        c6 = ctl[6]
+        rd = [Signal(signed(S.bits), name=f"read_{j}") for j in lanes]
+        rd_full, rd_head = Signal(), Signal.like(head)
+        m.d.sync += [u_hold.eq(c6.v & c6.last & ~c6.p2), bu_hold.eq(u_hold), u_head.eq(c6.head)]
+        with m.If(c6.v & c6.last & ~c6.p2):
+            m.d.sync += [u_l[j].eq(clamp((vl[j] << (S.frac - X.frac)) - round_shift_const(acc[j], UNIT.frac),
+                                         S.lo, S.hi)) for j in lanes]
+        with m.If(c6.v & c6.last & c6.p2):
+            m.d.sync += [rd[j].eq(clamp(round_shift_const(acc[j], UNIT.frac), S.lo, S.hi)) for j in lanes]
+            m.d.sync += [rd_full.eq(1), rd_head.eq(c6.head)]
 
-        # ---- buffer SRAM port sharing: ingest writes, pass-1 writes q_hat / k_hat, reads by the rows or the output
-        out_re, out_raddr = Signal(), Signal(len(bf["raddr"]))
-        m.d.comb += [bf["re"].eq(issue | out_re), bf["raddr"].eq(Mux(issue, bf_base + row, out_raddr))]
-        hat_word = Signal(bf_w)
-        m.d.comb += [hat_word[off["q"]:off["q"] + UNIT.bits].eq(q_hat2), hat_word[off["k"]:off["k"] + UNIT.bits].eq(k_hat2)]
-        with m.If(r3v & ~pass2):
-            m.d.comb += [bf["we"].eq(1), bf["waddr"].eq(bf_base + r3row), bf["wdata"].eq(hat_word),
-                         bf["wstrb"].eq(strb("q", "k"))]
-        with m.Else():
-            m.d.comb += [bf["we"].eq(e8v & (e8sel != Sel.B)), bf["waddr"].eq(e8idx), bf["wdata"].eq(bword),
-                         bf["wstrb"].eq(wstrb_ing)]
+        # ---- row issue -------------------------------------------------------------------------
+        first = Signal()
+        last_head = (head == H - 1) if H > 1 else one
+        m.d.comb += [ctl[0].row.eq(row), ctl[0].head.eq(head), ctl[0].first.eq(first), ctl[0].last.eq(row == dh - 1)]
+        with m.If(state == ISSUE["INGEST"]):
+            with m.If(take):
+                m.d.sync += [layer.eq(ip.layer), restart.eq(ip.restart)]
+                with m.If(ip.last):
+                    m.d.sync += [state.eq(ISSUE["DRAIN"]), cnt.eq(0)]
+        with m.If(state == ISSUE["DRAIN"]):
+            # the sums of squares are complete E_SUMS cycles after the last element; head 0's two
+            # rsqrt results Rsqrt.LATENCY + 2 cycles after that (k_hat needs them at row stage 1)
+            m.d.sync += cnt.eq(cnt + 1)
+            with m.If(cnt == self.E_SUMS - 2):
+                m.d.sync += l2_rq.eq(0)
+            with m.If(cnt == self.E_SUMS + Rsqrt.LATENCY):
+                m.d.sync += [state.eq(ISSUE["P1"]), row.eq(0), head.eq(0), first.eq(1)]
+        for name, nxt in (("P1", "BU"), ("P2", None)):
+            with m.If(state == ISSUE[name]):
+                m.d.comb += [ctl[0].v.eq(1), ctl[0].p2.eq(name == "P2")]
+                m.d.sync += [row.eq(row + 1), first.eq(0)]
+                with m.If(row == dh - 1):
+                    m.d.sync += [row.eq(0), first.eq(1), cnt.eq(0)]
+                    if nxt:
+                        m.d.sync += state.eq(ISSUE[nxt])
+                    else:
+                        with m.If(last_head):
+                            m.d.sync += state.eq(ISSUE["FINISH"])
+                        with m.Else():
+                            m.d.sync += [head.eq(head + 1), state.eq(ISSUE["P1"])]
+        with m.If(state == ISSUE["BU"]):
+            # bu lands BU_GAP cycles after the last pass-1 row; read (captured at the end of pass 2)
+            # must have been taken over by the tail
+            m.d.sync += cnt.eq(cnt + 1)
+            with m.If((cnt >= self.BU_GAP - 2) & ~rd_full):
+                m.d.sync += state.eq(ISSUE["P2"])
+        with m.If(state == ISSUE["FINISH"]):
+            with m.If(pos_done):
+                m.d.comb += clear_ss.eq(1)
+                m.d.sync += [state.eq(ISSUE["INGEST"]), head.eq(0)]
 
-        # ---- gated-norm output pipeline (advances when the output register is free) --------------
+        # ---- tail: sum read^2 (one squarer), rsqrt, gated output pipeline -----------------------------
+        ordr = [Signal(signed(S.bits), name=f"oread_{j}") for j in lanes]   # rotates by one per use
+        rotate = Signal()
+        with m.If(rotate):
+            m.d.sync += [ordr[j].eq(ordr[(j + 1) % dh]) for j in lanes]
+        t_head = Signal.like(head)
+        tcnt = Signal(range(dh + 2))
+        sq_v = Signal()
+        sq = Signal(unsigned(2 * S.bits))
+        m.d.sync += [sq_v.eq(0), sq.eq(ordr[0] * ordr[0])]
+        with m.If(sq_v):
+            m.d.sync += ss_o.eq(ss_o + sq)
         adv = Signal()
         m.d.comb += adv.eq(~self.o.valid | self.o.ready)
-        o_issue = Signal()
         ocol = Signal(range(dh + 1))
-        o1v, o2v, o3v, o4v, o5v = Signal(), Signal(), Signal(), Signal(), Signal()
-        o1c = Signal(range(dh))
-        o1last, o2last, o3last, o4last, o5last = Signal(), Signal(), Signal(), Signal(), Signal()
-        y_bits = X.frac + self.lg_dh // 2 + 4 + 1
-        o2p = Signal(signed(S.bits + len(mant_o) + 1))
-        o3y = Signal(signed(y_bits))
-        o4g = Signal(signed(y_bits + PARAM_BITS + 2))
-        o5x = Signal(signed(X.bits))
-        o2s, o3s, o4s, o5s = (Signal(P.bits, name=f"sigz{k}") for k in range(2, 6))
-        o2r, o3r, o4r, o5r = (Signal(signed(S.bits), name=f"ord{k}") for k in range(2, 6))
-        o3w, o2w = Signal(signed(PARAM_BITS)), Signal(signed(PARAM_BITS))
-        last_head = Signal()
-        m.d.comb += [out_re.eq(o_issue & adv), out_raddr.eq(bf_base + ocol)]
-        rd_arr = Array(rd)
-        gprod = Signal(signed(X.bits + P.bits + 2))
-        m.d.comb += gprod.eq(o5x * o5s)
+        o_issue = Signal()
+        o_end = Signal()                                       # the output register holds a head's last element
+        with m.If(tstate == TAIL["IDLE"]):
+            with m.If(rd_full):
+                m.d.sync += [*(ordr[j].eq(rd[j]) for j in lanes), t_head.eq(rd_head), rd_full.eq(0),
+                             tcnt.eq(0), ss_o.eq(0), tstate.eq(TAIL["SS"])]
+        with m.If(tstate == TAIL["SS"]):
+            m.d.sync += tcnt.eq(tcnt + 1)
+            with m.If(tcnt < dh):
+                m.d.comb += rotate.eq(1)
+                m.d.sync += sq_v.eq(1)
+            with m.If(tcnt == dh + 1):
+                m.d.comb += tail_rq.eq(1)
+                m.d.sync += tstate.eq(TAIL["RSQ"])
+        with m.If(tstate == TAIL["RSQ"]):
+            with m.If(rsqrt_o):
+                m.d.sync += [tstate.eq(TAIL["OUT"]), ocol.eq(0)]
+        with m.If(tstate == TAIL["OUT"]):
+            m.d.comb += o_issue.eq(ocol < dh)
+            with m.If(o_issue & adv):
+                m.d.comb += rotate.eq(1)
+                m.d.sync += ocol.eq(ocol + 1)
+            with m.If(self.o.valid & self.o.ready & o_end):
+                m.d.sync += tstate.eq(TAIL["IDLE"])
+                m.d.comb += pos_done.eq((t_head == H - 1) if H > 1 else 1)
+        # O0 issue (gate SRAM read, ApplyMant input) | O1..O3 ApplyMant | O4 gain product | O5 rounded to X
+        # | O6 x sigmoid(z) | O7 output register; every stage holds while the output register is full
+        gaddr = Cat(ocol[:self.lg_dh], t_head[:hbits]) if H > 1 else ocol[:self.lg_dh]
+        m.d.comb += [gt["re"].eq(o_issue & adv), gt["raddr"].eq(gaddr),
+                     apo.en.eq(adv), apo.i_valid.eq(o_issue), apo.i.v.eq(ordr[0]), apo.i.mant.eq(mant_o),
+                     apo.i.e.eq(e_o)]
+        osb_layout = StructLayout({"read": signed(S.bits), "end": 1, "last": 1})
+        osb0 = Signal(osb_layout)
+        m.d.comb += [osb0.read.eq(ordr[0]), osb0.end.eq(ocol == dh - 1),
+                     osb0.last.eq((ocol == dh - 1) & ((t_head == H - 1) if H > 1 else 1))]
+        osb3 = delay(m, adv, osb0, ApplyMant.LATENCY, "osb")
+        gword3 = delay(m, adv, gt["rdata"], ApplyMant.LATENCY - 1, "gate")
+        sigz3 = field(gword3, gt_off, "sigz", P.bits, sgn=False)
+        w3 = field(gword3, gt_off, "w", PARAM_BITS)
+        g4 = Signal(signed(self.y_bits + PARAM_BITS + 2))
+        x5 = Signal(signed(X.bits))
+        p6 = Signal(signed(X.bits + P.bits + 1))
+        sigz5 = delay(m, adv, sigz3, 2, "sigz")
         with m.If(adv):
-            m.d.sync += [o1v.eq(o_issue), o2v.eq(o1v), o3v.eq(o2v), o4v.eq(o3v), o5v.eq(o4v),
-                         o2last.eq(o1last), o3last.eq(o2last), o4last.eq(o3last), o5last.eq(o4last)]
-            with m.If(o_issue):
-                m.d.sync += [o1c.eq(ocol), o1last.eq(last_head & (ocol == dh - 1))]
-            m.d.sync += [o2p.eq(rd_arr[o1c] * mant_o), o2s.eq(bsigz), o2w.eq(bw), o2r.eq(rd_arr[o1c])]
-            m.d.sync += [o3y.eq(_rs_var(o2p, so_m1)), o3s.eq(o2s), o3w.eq(o2w), o3r.eq(o2r)]
-            m.d.sync += [o4g.eq(o3y * ((1 << W_FRAC) + o3w)), o4s.eq(o3s), o4r.eq(o3r)]
-            m.d.sync += [o5x.eq(_clip(_rs(o4g, W_FRAC), X)), o5s.eq(o4s), o5r.eq(o4r)]
-            m.d.sync += [self.o.valid.eq(o5v), self.o.payload.data.eq(_clip(_rs(gprod, P.frac), X)),
-                         self.o.payload.read.eq(o5r), self.o.payload.last.eq(o5last)]
-
-        # ---- sum of read^2 (serial, for the gated RMSNorm) -------------------------------------
-        ss_on, sq_v = Signal(), Signal()
-        sqr = Signal(unsigned(2 * S.bits))
-        ss_o = Signal(self.rn_bits)
-        m.d.sync += [sq_v.eq(ss_on), sqr.eq(rd_arr[cnt] * rd_arr[cnt])]
-        with m.If(sq_v):
-            m.d.sync += ss_o.eq(ss_o + sqr)
-
-        # ---- rsqrt requests ---------------------------------------------------------------------
-        hsel = Signal(range(max(2, H)))
-        m.d.comb += hsel.eq(head)
-        rs_req = Signal(2)     # 1: k, 2: q, 3: gated norm
-
-        with m.Switch(rs_req):
-            with m.Case(1):
-                m.d.comb += [rsq.i_valid.eq(1), rsq.i_ss.eq(_rs(ssk[hsel], self.l2_sq_shift) + self.l2_eps),
-                             rsq.i_sel.eq(0)]
-            with m.Case(2):
-                m.d.comb += [rsq.i_valid.eq(1), rsq.i_ss.eq(_rs(ssq[hsel], self.l2_sq_shift) + self.l2_eps),
-                             rsq.i_sel.eq(0)]
-            with m.Case(3):
-                m.d.comb += [rsq.i_valid.eq(1), rsq.i_ss.eq(_rs(ss_o, self.rn_sq_shift) + self.rn_eps),
-                             rsq.i_sel.eq(1)]
-        l2_c = X.frac + fxp_math.MANT_FRAC - UNIT.frac - 1     # shift - 1 = C - e - 1
-        rn_c = S.frac + fxp_math.MANT_FRAC - X.frac - 1
-
-        # ---- sequencer ------------------------------------------------------------------------
-        bu_prod = [Signal(signed(S.bits + P.bits + 2), name=f"bup_{j}") for j in lanes]
-        u_l = [Signal(signed(S.bits), name=f"u_{j}") for j in lanes]
-        with m.FSM(init="INGEST"):
-            with m.State("INGEST"):
-                m.d.comb += ingest.eq(1)
-                with m.If(take):
-                    m.d.sync += [layer.eq(ip.layer), restart.eq(ip.restart)]
-                    with m.If(ip.last):
-                        m.d.sync += [cnt.eq(0), head.eq(0)]
-                        m.next = "DRAIN"
-            with m.State("DRAIN"):
-                m.d.sync += cnt.eq(cnt + 1)
-                with m.If(cnt == self.E_LAT):
-                    m.d.sync += cnt.eq(0)
-                    m.next = "RSQ"
-            with m.State("RSQ"):
-                m.d.sync += cnt.eq(cnt + 1)
-                m.d.comb += rs_req.eq(Mux(cnt == 0, 1, Mux(cnt == 1, 2, 0)))
-                with m.If(cnt == Rsqrt.LATENCY):
-                    m.d.sync += [mant_k.eq(rsq.o_mant), sk_m1.eq(l2_c - rsq.o_e)]
-                with m.If(cnt == Rsqrt.LATENCY + 1):
-                    m.d.sync += [mant_q.eq(rsq.o_mant), sq_m1.eq(l2_c - rsq.o_e), cnt.eq(0), row.eq(0),
-                                 pass2.eq(0)]
-                    m.d.sync += [a.eq(0) for a in acc]
-                    m.next = "ROWS"
-            with m.State("ROWS"):
-                m.d.comb += issue.eq(row < dh)
-                with m.If(row < dh):
-                    m.d.sync += row.eq(row + 1)
-                with m.Else():
-                    m.d.sync += cnt.eq(cnt + 1)
-                    with m.If(cnt == 4):
-                        m.d.sync += cnt.eq(0)
-                        m.next = "NEXT"
-            with m.State("NEXT"):
-                with m.If(~pass2):
-                    m.next = "U1"
-                with m.Else():
-                    m.d.sync += [rd[j].eq(_clip(_rs(acc[j], UNIT.frac), S)) for j in lanes]
-                    m.d.sync += [ss_o.eq(0), cnt.eq(0)]
-                    m.next = "SS"
-            with m.State("U1"):
-                m.d.sync += [u_l[j].eq(_clip((vl[j] << (S.frac - X.frac)) - _rs(acc[j], UNIT.frac), S)) for j in lanes]
-                m.next = "U2"
-            with m.State("U2"):
-                m.d.sync += [bu_prod[j].eq(u_l[j] * beta[head]) for j in lanes]
-                m.next = "U3"
-            with m.State("U3"):
-                m.d.sync += [bu[j].eq(_rs(bu_prod[j], P.frac)) for j in lanes]
-                m.d.sync += [a.eq(0) for a in acc]
-                m.d.sync += [pass2.eq(1), row.eq(0), cnt.eq(0)]
-                m.next = "ROWS"
-            with m.State("SS"):
-                m.d.comb += ss_on.eq(cnt < dh)
-                m.d.sync += cnt.eq(cnt + 1)
-                with m.If(cnt == dh + 2):
-                    m.d.sync += cnt.eq(0)
-                    m.next = "RSQ_O"
-            with m.State("RSQ_O"):
-                m.d.comb += rs_req.eq(Mux(cnt == 0, 3, 0))
-                m.d.sync += cnt.eq(cnt + 1)
-                with m.If(cnt == Rsqrt.LATENCY):
-                    m.d.sync += [mant_o.eq(rsq.o_mant), so_m1.eq(rn_c - rsq.o_e), ocol.eq(0), cnt.eq(0)]
-                    m.next = "OUT"
-            with m.State("OUT"):
-                m.d.comb += [o_issue.eq(ocol < dh), last_head.eq(head == H - 1)]
-                with m.If(adv & (ocol < dh)):
-                    m.d.sync += ocol.eq(ocol + 1)
-                with m.If(self.o.valid & self.o.ready):
-                    m.d.sync += cnt.eq(cnt + 1)
-                    with m.If(cnt == dh - 1):
-                        m.d.sync += cnt.eq(0)
-                        with m.If(head == H - 1):
-                            m.d.comb += clear_ss.eq(1)
-                            m.next = "INGEST"
-                        with m.Else():
-                            m.d.sync += head.eq(head + 1)
-                            m.next = "RSQ"
+            m.d.sync += [g4.eq(apo.o.y * ((1 << W_FRAC) + w3)),
+                         x5.eq(clamp(round_shift_const(g4, W_FRAC), X.lo, X.hi)),
+                         p6.eq(x5 * sigz5),
+                         self.o.payload.data.eq(clamp(round_shift_const(p6, P.frac), X.lo, X.hi))]
+        osb6 = delay(m, adv, osb3, 3, "osb3")
+        v6 = delay(m, adv, apo.o_valid, 3, "ov")
+        with m.If(adv):
+            m.d.sync += [self.o.valid.eq(v6), self.o.payload.read.eq(osb6.read), self.o.payload.last.eq(osb6.last),
+                         o_end.eq(osb6.end)]
         return m
 
 
@@ -596,4 +568,4 @@ def kda_engine_block(chip) -> KdaEngine:
 def kda_engine_derived(chip) -> dict:
     kp = kda_params_for(chip)
     return {"heads": kp.heads, "dh": kp.dh, "conv_k": kp.conv_k, "max_layers": kp.max_layers,
-            "sel": {s.name: int(s) for s in Sel}, "rom_dir": "roms", "roms": ["sigmoid", "kda_decay", "rsqrt"]}
+            "sel": {s.name: int(s) for s in Sel}, "rom_dir": ROM_DIR, "roms": ["sigmoid", "kda_decay", "rsqrt"]}
