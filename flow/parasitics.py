@@ -79,9 +79,15 @@ _PLAIN = re.compile(r"[A-Za-z0-9_]")
 _BUS = re.compile(r"^(.*?)(\[\d+\])$")
 
 
-def spef_escape(name: str) -> str:
+def spef_escape(name: str, flat: bool = False, bus: bool = True) -> str:
     """A netlist name as a SPEF identifier: hierarchy '/' kept, a trailing bus index kept, every other
-    character that is not a letter, digit or '_' escaped with a backslash."""
+    character that is not a letter, digit or '_' escaped with a backslash. ``flat``: the name of one object
+    of a flat netlist, in which a '/' is part of the name and is escaped too; ``bus=False``: the name is
+    an escaped Verilog scalar, whose brackets are escaped as well."""
+    if flat:
+        m = _BUS.match(name) if bus else None
+        base, index = (m.group(1), m.group(2)) if m else (name, "")
+        return "".join(c if _PLAIN.match(c) else "\\" + c for c in base) + index
     parts = name.split("/")
     out = []
     for i, part in enumerate(parts):
@@ -111,17 +117,25 @@ def net_rc(net: NetPins, rc: RcModel) -> tuple[float, float, list[float]]:
     return length, cap, res
 
 
-def write_dnet(f: TextIO, net: NetPins, rc: RcModel) -> tuple[float, float]:
+def write_dnet(f: TextIO, net: NetPins, rc: RcModel, flat: bool = False) -> tuple[float, float]:
     """One *D_NET: an internal node ``<net>:1`` at the driver, a branch to every pin OpenSTA knows (``nodes``
     entries that are None, such as macro pins of the empty macro modules, count for the length only).
+    ``flat``: names are those of a flat netlist (flow/repair.py ``write_verilog``): a net that reaches a
+    port is named after the port bit, every other net and instance name is one escaped identifier.
     Returns (length um, capacitance fF)."""
     length, cap, res = net_rc(net, rc)
     seen = [i for i, nd in enumerate(net.nodes) if nd is not None]
     if not seen:
         return length, cap
-    name = spef_escape(net.name)
-    nodes = {i: spef_escape(net.nodes[i]) if net.is_port[i] else
-             ":".join(spef_escape(part) for part in net.nodes[i].rsplit(":", 1)) for i in seen}
+    if flat:
+        name = spef_escape(net.name, flat=True, bus=any(net.is_port))
+        nodes = {i: spef_escape(net.nodes[i], flat=True) if net.is_port[i] else
+                 ":".join(spef_escape(part, flat=True, bus=False) for part in net.nodes[i].rsplit(":", 1))
+                 for i in seen}
+    else:
+        name = spef_escape(net.name)
+        nodes = {i: spef_escape(net.nodes[i]) if net.is_port[i] else
+                 ":".join(spef_escape(part) for part in net.nodes[i].rsplit(":", 1)) for i in seen}
     center = f"{name}:1"
     per_node = cap / (len(seen) + 1)
     f.write(f"*D_NET {name} {cap:.5f}\n*CONN\n")

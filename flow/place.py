@@ -12,11 +12,15 @@ Steps (ARCHITECTURE.md, "Physical implementation"):
    (``FIXED``); the standard-cell rows fill the rest (a row stops at a keep-out and resumes after it),
    enough of them for ``--utilization``. The core is square when the macros allow it. Inputs are spread over the left and top edges, outputs over the
    right and bottom ones, in port order;
-4. placement: coloquinte global placement, legalisation and detailed placement on the rows (alternate
-   rows flipped, ``FS``; cells widened to ``PLACER_DENSITY`` while placing so they spread evenly); x is
-   then snapped to the site grid. Nets with more than ``MAX_PLACE_FANOUT``
-   pins (clock, reset) are not given to the placer, whose quadratic model they would dominate;
-5. outputs: a placed DEF, wire parasitics estimated from the placed pins as SPEF (flow/parasitics.py),
+4. placement: coloquinte global placement; then (unless ``--no-repair``) every net with more than
+   flow/repair.py's ``MAX_FANOUT`` sinks loses synthesis' buffer tree and gets one clustered by the
+   sinks' global-placement positions, buffers sized by load (OpenROAD's repair_design, simplified);
+   then legalisation and detailed placement on the rows (alternate rows flipped, ``FS``; cells widened
+   to ``PLACER_DENSITY`` while placing so they spread evenly); x is then snapped to the site grid. Nets
+   with more than ``MAX_PLACE_FANOUT`` pins (clock, reset) are not given to the placer, whose quadratic
+   model they would dominate;
+5. outputs: the placed flat netlist ``<top>.v`` (with the repaired trees; the DEF, SPEF and STA all use
+   it), a placed DEF, wire parasitics estimated from the placed pins as SPEF (flow/parasitics.py),
    OpenSTA on every corner with them (flow/sta.py), a GDS of the placed cells and pictures
    (flow/gds.py), ``place.json`` and ``place.txt``.
 
@@ -37,8 +41,10 @@ from pathlib import Path
 
 from flow.lefdef import DefComponent, DefPin, DefRow, Lef, LefError, read_lef, write_def
 from flow.macro_map import MACRO_HALO_UM, MacroMapError, Mapping, macro_sizes, map_instance, table
-from flow.parasitics import NetPins, RcModel, spef_header, write_dnet
+from flow.parasitics import NetPins, RcModel, spef_header, steiner_factor, write_dnet
+from flow.repair import RepairError, RepairResult, input_caps, repair, verify, write_verilog
 from flow.sta import StaError, run_sta
+from flow.synth import liberty_areas
 from pdk_config import PdkError, find_pdk
 from pdk_config.nangate45 import CORNERS, SITE
 
@@ -48,6 +54,7 @@ MAX_PLACE_FANOUT = 1000        # nets above this many pins are ignored by the pl
 CORE_MARGIN_SITES = 10         # gap between die edge and rows, in sites (x) ...
 CORE_MARGIN_ROWS = 1           # ... and rows (y): room for the I/O pins
 PIN_LAYERS = {"left": "metal3", "right": "metal3", "top": "metal2", "bottom": "metal2"}
+MACRO_MODULES_MARK = "\n// Macros as empty modules"     # where flow/synth.py's STA netlist lists them
 MACRO_PIN = re.compile(r"^(msh_sram|msh_rom)_(\d+)x(\d+)$")
 SRAM_SCALAR_PINS = ("clk", "we", "re")      # every other msh_sram pin is a bus (flow/synth.py _macro_module)
 
@@ -115,6 +122,28 @@ def _bit_names(module: dict) -> dict[int, str]:
     return {b: k[-1] for b, k in best.items()}
 
 
+def port_bit_name(pname: str, width: int, j: int) -> str:
+    return pname if width == 1 else f"{pname}[{j}]"
+
+
+def net_names(module: dict) -> dict[int, str]:
+    """A unique name per bit, as the flat netlist (flow/repair.py ``write_verilog``) declares it: a port
+    bit is named after the port (inputs first), every other bit as ``_bit_names`` chooses."""
+    names: dict[int, str] = {}
+    for pname, p in sorted(module["ports"].items(), key=lambda kv: kv[1]["direction"] != "input"):
+        for j, b in enumerate(p["bits"]):
+            if isinstance(b, int):
+                names.setdefault(b, port_bit_name(pname, len(p["bits"]), j))
+    used = set(names.values())
+    for b, name in _bit_names(module).items():
+        if b not in names:
+            while name in used:
+                name = f"{name}_{b}"
+            names[b] = name
+            used.add(name)
+    return names
+
+
 @dataclass
 class Design:
     """The flat netlist as placement objects. Components: standard cells (movable) then macro tiles
@@ -122,6 +151,7 @@ class Design:
     None when OpenSTA does not see it as a leaf pin, drives the net)."""
     top: str
     comp_name: list[str] = field(default_factory=list)
+    comp_key: list[str] = field(default_factory=list)      # the cell's key in the flat Yosys module
     comp_master: list[str] = field(default_factory=list)
     comp_w: list[int] = field(default_factory=list)
     comp_h: list[int] = field(default_factory=list)
@@ -170,13 +200,14 @@ def build_design(module: dict, top: str, lef: Lef, sizes) -> Design:
         hdl = cell.get("attributes", {}).get("hdlname", "").split(" ")
         group = hdl[0] if len(hdl) > 1 else "(top)"
         if MACRO_PIN.match(ctype):
-            macros.append((path, ctype, cell, group))
+            macros.append((name, path, ctype, cell, group))
             continue
         master = lef.masters.get(ctype)
         if master is None:
             raise PlaceError(f"cell {path} is a {ctype}, which no LEF defines")
         i = len(d.comp_name)
         d.comp_name.append(path)
+        d.comp_key.append(name)
         d.comp_master.append(ctype)
         d.comp_w.append(to_dbu(master.width_um))
         d.comp_h.append(to_dbu(master.height_um))
@@ -189,7 +220,7 @@ def build_design(module: dict, top: str, lef: Lef, sizes) -> Design:
             drv = cell["port_directions"].get(pin) == "output"
             attach(bits[0], (i, pin, to_dbu(x), to_dbu(y), f"{path}:{pin}", drv))
     d.n_std = len(d.comp_name)
-    for path, ctype, cell, group in macros:
+    for name, path, ctype, cell, group in macros:
         kind, depth, width = MACRO_PIN.match(ctype).groups()
         m = map_instance(path, kind, int(depth), int(width), sizes)
         d.mappings.append(m)
@@ -201,6 +232,7 @@ def build_design(module: dict, top: str, lef: Lef, sizes) -> Design:
         for r in range(m.rows):
             for c in range(m.cols):
                 d.comp_name.append(f"{path}/ram_{r}_{c}")
+                d.comp_key.append(name)
                 d.comp_master.append(m.macro.name)
                 d.comp_w.append(to_dbu(master.width_um))
                 d.comp_h.append(to_dbu(master.height_um))
@@ -214,12 +246,12 @@ def build_design(module: dict, top: str, lef: Lef, sizes) -> Design:
     for pname, port in module["ports"].items():
         bits = port["bits"]
         for j, b in enumerate(bits):
-            name = pname if len(bits) == 1 else f"{pname}[{j}]"
+            name = port_bit_name(pname, len(bits), j)
             k = len(d.io_name)
             d.io_name.append(name)
             d.io_dir.append(port["direction"])
             attach(b, (-1 - k, "PIN", 0, 0, name, port["direction"] == "input"))
-    names = _bit_names(module)
+    names = net_names(module)
     for b, pins in sorted(pins_of_bit.items()):
         if len(pins) >= 2:
             d.net_name.append(names.get(b, f"_net{b}_"))
@@ -315,7 +347,8 @@ def _io_positions(d: Design, die, pitch: int) -> list[tuple[int, int, str]]:
 
 # ---------------------------------------------------------------------------------------------- placement
 
-def run_coloquinte(d: Design, fp: Floorplan, effort: int) -> tuple[list[int], list[int], list[str], dict]:
+def _circuit(d: Design, fp: Floorplan, start: tuple[list[int], list[int]] | None):
+    """The coloquinte circuit of ``d``; cells start at the core centre, or at ``start`` (lower-left, dbu)."""
     import coloquinte as cq
 
     n_comp, n_io = len(d.comp_name), len(d.io_name)
@@ -328,7 +361,11 @@ def run_coloquinte(d: Design, fp: Floorplan, effort: int) -> tuple[list[int], li
     c.cell_row_polarity = ([cq.CellRowPolarity.SAME] * d.n_std
                            + [cq.CellRowPolarity.ANY] * (n_comp - d.n_std + n_io))
     cx, cy = (fp.core[0] + fp.core[2]) // 2, (fp.core[1] + fp.core[3]) // 2
-    xs, ys = [cx] * n_comp + [p[0] for p in fp.io_xy], [cy] * n_comp + [p[1] for p in fp.io_xy]
+    if start is None:
+        xs, ys = [cx] * n_comp, [cy] * n_comp
+    else:
+        xs, ys = list(start[0][:n_comp]), list(start[1][:n_comp])
+    xs, ys = xs + [p[0] for p in fp.io_xy], ys + [p[1] for p in fp.io_xy]
     for i, (x, y) in fp.macro_xy.items():
         xs[i], ys[i] = x, y
     c.cell_x, c.cell_y = xs, ys
@@ -346,6 +383,14 @@ def run_coloquinte(d: Design, fp: Floorplan, effort: int) -> tuple[list[int], li
     # Cells are widened for the placer so that they fill DENSITY of the rows: spread evenly, with room left
     # for legalisation (and routing); the DEF keeps their true widths.
     c.expand_cells_to_density(PLACER_DENSITY, 0.0)
+    return c, skipped
+
+
+def global_placement(d: Design, fp: Floorplan, effort: int) -> tuple[list[int], list[int], dict]:
+    """Cell lower-left corners (dbu) after coloquinte's global placement: spread, not yet on rows."""
+    import coloquinte as cq
+
+    c, skipped = _circuit(d, fp, None)
     params = cq.ColoquinteParameters(effort)
     t0 = time.monotonic()
     state = {"n": 0}
@@ -357,13 +402,64 @@ def run_coloquinte(d: Design, fp: Floorplan, effort: int) -> tuple[list[int], li
 
     progress(f"global placement of {d.n_std:,} cells ({len(d.net_pins) - skipped:,} nets, effort {effort}) ...")
     c.place_global(params, callback)
-    progress(f"legalisation ({time.monotonic() - t0:.0f} s) ...")
+    n_comp = len(d.comp_name)
+    return list(c.cell_x[:n_comp]), list(c.cell_y[:n_comp]), {"nets_ignored_by_placer": skipped,
+                                                               "global_s": time.monotonic() - t0}
+
+
+def legalize(d: Design, fp: Floorplan, effort: int, xs: list[int], ys: list[int]) -> tuple[list[int], list[int], list[str], dict]:
+    """Legalisation and detailed placement from the positions ``xs``, ``ys``."""
+    import coloquinte as cq
+
+    c, _ = _circuit(d, fp, (xs, ys))
+    params = cq.ColoquinteParameters(effort)
+    t0 = time.monotonic()
+    progress("legalisation ...")
     c.legalize(params)
     progress(f"detailed placement ({time.monotonic() - t0:.0f} s) ...")
     c.place_detailed(params)
+    n_comp = len(d.comp_name)
     orient = ["N" if o == cq.CellOrientation.N else "FS" for o in c.cell_orientation[:n_comp]]
     return (list(c.cell_x[:n_comp]), list(c.cell_y[:n_comp]), orient,
-            {"nets_ignored_by_placer": skipped, "coloquinte_hpwl_dbu": c.hpwl(), "placer_s": time.monotonic() - t0})
+            {"coloquinte_hpwl_dbu": c.hpwl(), "legalize_s": time.monotonic() - t0})
+
+
+# ---------------------------------------------------------------------------------------------- repair
+
+def repair_nets(module: dict, d: Design, fp: Floorplan, xs: list[int], ys: list[int], lef: Lef, sizes,
+                liberty: Path, rc: RcModel, clock: str) -> tuple[Design, list[int], list[int], RepairResult]:
+    """Rebuilds the high-fanout buffer trees of ``module`` for the global placement ``xs``, ``ys``
+    (flow/repair.py); returns the new design and start positions for legalisation (new buffers at the
+    centres of their sinks)."""
+    dbu = lef.dbu
+    cell_xy: dict[str, tuple[float, float]] = {}
+    for i, key in enumerate(d.comp_key):
+        cell_xy.setdefault(key, ((xs[i] + d.comp_w[i] / 2) / dbu, (ys[i] + d.comp_h[i] / 2) / dbu))
+    port_xy, k = {}, 0
+    for port in module["ports"].values():
+        for b in port["bits"]:
+            port_xy[b] = (fp.io_xy[k][0] / dbu, fp.io_xy[k][1] / dbu)
+            k += 1
+    clock_bits = {b for b in module["ports"].get(clock, {}).get("bits", []) if isinstance(b, int)}
+    text = liberty.read_text()
+    res = repair(module, cell_xy, port_xy, input_caps(text), liberty_areas(liberty), (rc.c_h + rc.c_v) / 2,
+                 steiner_factor, clock_bits, progress)
+    try:
+        verify(module, res)
+    except RepairError as e:
+        raise PlaceError(f"net repair broke the netlist: {e}") from None
+    new = build_design(module, d.top, lef, sizes)
+    pos = {name: (x, y) for name, x, y in zip(d.comp_name, xs, ys)}
+    nxs, nys = [], []
+    for i, name in enumerate(new.comp_name):
+        if name in pos:
+            x, y = pos[name]
+        else:
+            cx, cy = res.new_cells[new.comp_key[i]]
+            x, y = round(cx * dbu - new.comp_w[i] / 2), round(cy * dbu - new.comp_h[i] / 2)
+        nxs.append(x)
+        nys.append(y)
+    return new, nxs, nys, res
 
 
 def snap_to_sites(d: Design, fp: Floorplan, xs: list[int], ys: list[int]) -> int:
@@ -435,7 +531,7 @@ def write_outputs(d: Design, fp: Floorplan, lef: Lef, xs, ys, orient, stage: Pat
             hpwl += max(px) - min(px) + max(py) - min(py)
             nets.append((name, [("PIN", p[1]) if p[0] < 0 else (d.comp_name[p[0]], p[1]) for p in pins_]))
             net = NetPins(name, [p[4] for p in pins_], [p[0] < 0 for p in pins_], [p[5] for p in pins_], px, py)
-            length, c = write_dnet(f, net, rc)
+            length, c = write_dnet(f, net, rc, flat=True)
             wire += length
             cap += c
     write_def(stage / f"{d.top}.def", d.top, dbu, fp.die, fp.rows, comps, pins, nets)
@@ -470,7 +566,7 @@ def _publish(stage: Path, out: Path) -> None:
 
 def place(synth: Path, out: Path, utilization: float = 0.6, effort: int = 3, corners: list[str] | None = None,
           period_ns: float = 10.0, clock: str = "clk", picture: bool = True,
-          cache: Path = REPO / "build" / "pdk_cache") -> dict:
+          cache: Path = REPO / "build" / "pdk_cache", repair_fanout: bool = True) -> dict:
     t_start = time.monotonic()
     if not 0.1 <= utilization <= 0.9:
         raise PlaceError(f"--utilization must be within 0.1 .. 0.9, got {utilization}")
@@ -502,12 +598,13 @@ def place(synth: Path, out: Path, utilization: float = 0.6, effort: int = 3, cor
     lef = _read_lefs(pdk)
     rc = RcModel.from_lef(lef)
     progress(f"{top}: flattening {netlist} ...")
-    module = flatten(netlist, top, pdk.plain_liberty("typical", cache), stage)
+    liberty = pdk.plain_liberty("typical", cache)
+    module = flatten(netlist, top, liberty, stage)
+    sizes = macro_sizes(pdk.fakerams)
     try:
-        d = build_design(module, top, lef, macro_sizes(pdk.fakerams))
+        d = build_design(module, top, lef, sizes)
     except MacroMapError as e:
         raise PlaceError(str(e)) from None
-    del module
     timing["netlist_s"] = time.monotonic() - t
     fp = floorplan(d, lef, utilization)
     dbu = lef.dbu
@@ -515,9 +612,28 @@ def place(synth: Path, out: Path, utilization: float = 0.6, effort: int = 3, cor
              f"{d.n_std:,} cells, {len(d.comp_name) - d.n_std} macros, {len(d.io_name)} I/O pins")
 
     t = time.monotonic()
-    xs, ys, orient, pstats = run_coloquinte(d, fp, effort)
+    xs, ys, pstats = global_placement(d, fp, effort)
+    timing["global_place_s"] = time.monotonic() - t
+    fixed = None
+    if repair_fanout:
+        t = time.monotonic()
+        cells_before = d.n_std
+        d, xs, ys, fixed = repair_nets(module, d, fp, xs, ys, lef, sizes, liberty, rc, clock)
+        timing["repair_s"] = time.monotonic() - t
+    t = time.monotonic()
+    xs, ys, orient, lstats = legalize(d, fp, effort, xs, ys)
+    pstats.update(lstats)
     moved = snap_to_sites(d, fp, xs, ys)
-    timing["place_s"] = time.monotonic() - t
+    timing["legalize_s"] = time.monotonic() - t
+
+    t = time.monotonic()
+    progress(f"writing the placed netlist {top}.v ...")
+    macro_text = netlist.read_text().split(MACRO_MODULES_MARK, 1)
+    with open(stage / f"{top}.v", "w") as f:
+        write_verilog(f, module, top, net_names(module), lambda key, c: _path(key, c.get("attributes", {})),
+                      MACRO_MODULES_MARK + macro_text[1] if len(macro_text) == 2 else "")
+    del module
+    timing["netlist_out_s"] = time.monotonic() - t
 
     t = time.monotonic()
     progress("writing DEF and SPEF ...")
@@ -528,12 +644,14 @@ def place(synth: Path, out: Path, utilization: float = 0.6, effort: int = 3, cor
     t = time.monotonic()
     progress(f"post-placement STA at {corners} ...")
     try:
-        sta = run_sta(Path(synth), stage / "sta", corners, period_ns, clock, cache, parasitics=stage / f"{top}.spef")
+        sta = run_sta(Path(synth), stage / "sta", corners, period_ns, clock, cache, parasitics=stage / f"{top}.spef",
+                      netlist=stage / f"{top}.v")
     except StaError as e:
         raise PlaceError(f"post-placement STA failed: {e}") from None
     timing["sta_s"] = time.monotonic() - t
 
-    files = {"def": f"{top}.def", "spef": f"{top}.spef", "sta": "sta/sta.json", "macros": "macros.txt"}
+    files = {"netlist": f"{top}.v", "def": f"{top}.def", "spef": f"{top}.spef", "sta": "sta/sta.json",
+             "macros": "macros.txt"}
     if picture:
         from flow.gds import write_gds, write_pictures
         t = time.monotonic()
@@ -577,6 +695,8 @@ def place(synth: Path, out: Path, utilization: float = 0.6, effort: int = 3, cor
                       "io": "inputs on the left then top edge, outputs on the right then bottom edge"},
         "macros": [m.as_dict() for m in d.mappings],
         "roms_as_logic": d.roms,
+        "repair": ({"enabled": True, **fixed.as_dict(), "cells_before": cells_before, "cells_after": d.n_std}
+                   if fixed else {"enabled": False}),
         "parasitics": rc.as_dict(),
         "sta": {c: {k: v[k] for k in ("wns_ns", "tns_ns", "worst_hold_slack_ns", "min_period_ns", "fmax_mhz", "met")}
                 for c, v in sta["corners"].items()},
@@ -613,6 +733,10 @@ def summary_text(r: dict) -> str:
         f"  wire length    HPWL {r['hpwl_um'] / 1e3:,.1f} mm, Steiner estimate {r['steiner_wire_um'] / 1e3:,.1f} mm, "
         f"{r['wire_cap_pf']:.1f} pF on {r['parasitics']['horizontal_layer']}/{r['parasitics']['vertical_layer']}",
         f"  runtime        {r['runtime_s']:.1f} s  {r['runtime_by_step_s']}",
+        ("  net repair     " + (f"{r['repair']['nets_repaired']:,} nets rebuilt (largest fanout "
+                                f"{r['repair']['largest_fanout']:,}): {r['repair']['buffers_removed']:,} buffers removed, "
+                                f"{r['repair']['buffers_added']:,} added, {r['repair']['area_change_um2']:+,.1f} um2"
+                                if r["repair"]["enabled"] else "off (--no-repair)")),
         "", f"post-placement timing at {r['period_ns']} ns (SPEF from placed wire lengths):",
         f"  {'corner':<8} {'WNS ns':>9} {'TNS ns':>10} {'hold ns':>9} {'min period ns':>14}",
     ]
@@ -637,13 +761,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--period", type=float, default=10.0, help="clock period in ns")
     ap.add_argument("--clock", default="clk")
     ap.add_argument("--no-picture", action="store_true", help="skip the GDS and PNG")
+    ap.add_argument("--no-repair", action="store_true", help="keep synthesis' buffer trees (flow/repair.py)")
     ap.add_argument("--flatten-worker", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.flatten_worker:
         return flatten_worker(args.flatten_worker)
     try:
         result = place(args.synth, args.out, args.utilization, args.effort, args.corners, args.period, args.clock,
-                       not args.no_picture)
+                       not args.no_picture, repair_fanout=not args.no_repair)
     except PlaceError as e:
         print(f"flow.place: error: {e}", file=sys.stderr)
         return 1

@@ -163,15 +163,20 @@ def summary_text(r: dict) -> str:
 
 
 def run_sta(synth: Path, out: Path, corners: list[str], period_ns: float, clock: str = "clk",
-            cache: Path = REPO / "build" / "pdk_cache", parasitics: Path | None = None) -> dict:
-    """All corners; ``parasitics``: a SPEF to time with instead of the wire-load model (post-placement)."""
+            cache: Path = REPO / "build" / "pdk_cache", parasitics: Path | None = None,
+            netlist: Path | None = None) -> dict:
+    """All corners; ``parasitics``: a SPEF to time with instead of the wire-load model (post-placement);
+    ``netlist``: the netlist to time instead of synthesis' (the placed, repaired one of flow/place.py)."""
     synth_json = synth / "synth.json"
     if not synth_json.is_file():
         raise StaError(f"{synth_json} not found: run `make synth` (python -m flow.synth) first")
     s = json.loads(synth_json.read_text())
-    netlist = synth / s["files"].get("sta_netlist", "")
-    if not netlist.is_file():
-        raise StaError(f"{netlist} not found (synth.json names it): run `make synth` again")
+    if netlist is None:
+        netlist = synth / s["files"].get("sta_netlist", "")
+        if not netlist.is_file():
+            raise StaError(f"{netlist} not found (synth.json names it): run `make synth` again")
+    elif not netlist.is_file():
+        raise StaError(f"{netlist} not found")
     if period_ns <= 0:
         raise StaError(f"--period must be positive, got {period_ns}")
     try:

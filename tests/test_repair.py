@@ -1,0 +1,196 @@
+"""flow/repair.py: clustered buffer trees for high-fanout nets; the logic stays the same (Yosys equivalence)."""
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import flow.repair as repair_mod
+from flow.parasitics import steiner_factor
+from flow.place import place
+from flow.repair import RepairError, _Node, _split, input_caps, repair, verify
+from flow.synth import liberty_areas, synthesize
+from pdk_config import find_pdk
+
+DATA = Path(__file__).parent / "data"
+PDK = os.environ.get("NANGATE45_PDK", str(Path(__file__).resolve().parents[2] / "shared" / "pdk" / "nangate45"))
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def pdk_env(monkeypatch):
+    monkeypatch.setenv("NANGATE45_PDK", PDK)
+
+
+@pytest.fixture(scope="module")
+def liberty():
+    os.environ.setdefault("NANGATE45_PDK", PDK)
+    return find_pdk().plain_liberty("typical", REPO / "build" / "pdk_cache")
+
+
+def test_split_respects_count_and_span():
+    rng = random.Random(3)
+    print("seed 3")
+    nodes = [_Node(rng.uniform(0, 400), rng.uniform(0, 400), 1.0) for _ in range(1000)]
+    groups = _split(nodes, 12, 60.0)
+    assert sorted(id(n) for g in groups for n in g) == sorted(id(n) for n in nodes)
+    for g in groups:
+        xs, ys = [n.x for n in g], [n.y for n in g]
+        assert len(g) <= 12 and (len(g) == 1 or max(xs) - min(xs) + max(ys) - min(ys) <= 60.0)
+    assert len(groups) < 1000 / 4            # clusters are filled, not split down to single sinks
+
+
+def chain_module(n_sinks: int) -> dict:
+    """A flip-flop whose Q reaches ``n_sinks`` NAND inputs through a chain of BUF_X1 (ABC's shape), plus a
+    clock port and an output port driven through a buffer."""
+    cells, nn = {}, {}
+    cells["ff"] = {"type": "DFF_X1", "port_directions": {"CK": "input", "D": "input", "Q": "output"},
+                   "connections": {"CK": [2], "D": [3], "Q": [10]}}
+    bit, nxt = 10, 11
+    for k in range(n_sinks):
+        if k % 15 == 14:
+            cells[f"b{k}"] = {"type": "BUF_X1", "port_directions": {"A": "input", "Z": "output"},
+                              "connections": {"A": [bit], "Z": [nxt]}}
+            bit, nxt = nxt, nxt + 1
+        cells[f"g{k}"] = {"type": "NAND2_X1", "port_directions": {"A1": "input", "A2": "input", "ZN": "output"},
+                          "connections": {"A1": [bit], "A2": [3000 + k], "ZN": [1000 + k]}}
+    cells["obuf"] = {"type": "BUF_X2", "port_directions": {"A": "input", "Z": "output"},
+                     "connections": {"A": [bit], "Z": [4]}}
+    ports = {"clk": {"direction": "input", "bits": [2]}, "d": {"direction": "input", "bits": [3]},
+             "q": {"direction": "output", "bits": [4]}}
+    return {"ports": ports, "cells": cells, "netnames": nn}
+
+
+def test_repair_rebuilds_a_chain_as_a_clustered_tree(liberty):
+    module = chain_module(300)
+    rng = random.Random(5)
+    print("seed 5")
+    xy = {k: (rng.uniform(0, 300), rng.uniform(0, 300)) for k in module["cells"]}
+    caps = input_caps(liberty.read_text())
+    assert caps[("BUF_X16", "A")] > caps[("BUF_X1", "A")] > 0.5
+    res = repair(module, xy, {2: (0, 0), 3: (0, 0), 4: (300, 300)}, caps, liberty_areas(liberty), 0.2,
+                 steiner_factor, {2})
+    verify(module, res)
+    assert res.nets_repaired == 1 and res.largest_fanout == 301            # 300 NANDs + the output buffer
+    assert res.buffers_removed == 300 // 15 and not any(k.startswith("b") for k in module["cells"])
+    fanout = {}
+    for c in module["cells"].values():
+        for pin, bits in c["connections"].items():
+            if c["port_directions"][pin] == "input":
+                fanout[bits[0]] = fanout.get(bits[0], 0) + 1
+    assert max(n for b, n in fanout.items() if b not in (2, 3)) <= repair_mod.MAX_FANOUT
+    assert fanout[10] == 1                              # the flip-flop drives one (large) buffer
+    assert module["cells"]["obuf"]["connections"]["Z"] == [4]               # the port keeps its driver
+    depth = 0
+    bit = module["cells"]["g0"]["connections"]["A1"][0]
+    drivers = {c["connections"]["Z"][0]: c for c in module["cells"].values() if "Z" in c["connections"]}
+    while bit != 10:
+        bit, depth = drivers[bit]["connections"]["A"][0], depth + 1
+    assert 2 <= depth <= 4, depth                       # log-depth, not a chain of 20
+
+
+def test_verify_catches_a_wrong_connection(liberty):
+    module = chain_module(40)
+    xy = {k: (float(i), 0.0) for i, k in enumerate(module["cells"])}
+    res = repair(module, xy, {2: (0, 0), 3: (0, 0), 4: (0, 0)}, input_caps(liberty.read_text()),
+                 liberty_areas(liberty), 0.2, steiner_factor, {2})
+    module["cells"]["g7"]["connections"]["A1"] = [3]
+    with pytest.raises(RepairError, match="g7.A1"):
+        verify(module, res)
+
+
+def test_clock_net_is_left_alone(liberty):
+    module = chain_module(5)
+    for k in range(40):
+        module["cells"][f"f{k}"] = {"type": "DFF_X1", "port_directions": {"CK": "input", "D": "input", "Q": "output"},
+                                    "connections": {"CK": [2], "D": [3], "Q": [2000 + k]}}
+    xy = {k: (float(i), 0.0) for i, k in enumerate(module["cells"])}
+    res = repair(module, xy, {2: (0, 0), 3: (0, 0), 4: (0, 0)}, input_caps(liberty.read_text()),
+                 liberty_areas(liberty), 0.2, steiner_factor, {2})
+    assert all(c["connections"]["CK"] == [2] for k, c in module["cells"].items() if k.startswith("f"))
+    assert res.nets_repaired == 1          # the data input d (41 flip-flops) is rebuilt, the clock is not
+
+
+# ---------------------------------------------------------------------------------------------- end to end
+
+MACRO_MODELS = """\
+module msh_rom_64x8 (input [5:0] raddr1, output [7:0] rdata1, input [5:0] raddr2, output [7:0] rdata2);
+  assign rdata1 = {raddr1, raddr1} ^ {8{^raddr2}}; assign rdata2 = {raddr2, raddr2};
+endmodule
+module msh_sram_64x32 (input clk, input we, input [5:0] waddr, input [31:0] wdata, input [3:0] wstrb, input re,
+                       input [5:0] raddr, output [31:0] rdata);
+  assign rdata = wdata ^ {raddr, waddr, wstrb, we, re, raddr, waddr, wstrb};
+endmodule
+"""
+
+# Gold: synthesis' hierarchical STA netlist; gate: the placed, repaired flat netlist. The macros get the same
+# stand-in logic on both sides, the liberty gives every cell its function, and `flatten -separator /` names
+# the gold's objects as the flat netlist does, so that equiv_make pairs the flip-flops.
+EQUIV = """\
+import sys
+from pyosys import libyosys as ys
+lib, gold, gate, top, macros = sys.argv[1:6]
+d = ys.Design()
+for name, f in (("gold", gold), ("gate", gate)):
+    for cmd in (f"read_liberty -ignore_miss_func {lib}", f"read_verilog {f}", f"read_verilog -overwrite {macros}",
+                f"hierarchy -top {top}", "flatten -separator /", "opt_clean", f"rename {top} {name}",
+                f"design -stash {name}"):
+        ys.run_pass(cmd, d)
+for cmd in ("design -copy-from gold -as gold gold", "design -copy-from gate -as gate gate",
+            "equiv_make gold gate equiv", "hierarchy -top equiv", "equiv_simple -seq 2", "equiv_induct",
+            "equiv_status -assert"):
+    ys.run_pass(cmd, d)
+"""
+
+
+def equivalent(tmp: Path, liberty: Path, gold: Path, gate: Path, top: str) -> tuple[bool, str]:
+    (tmp / "equiv.py").write_text(EQUIV)
+    (tmp / "macros.v").write_text(MACRO_MODELS)
+    p = subprocess.run([sys.executable, str(tmp / "equiv.py"), str(liberty), str(gold), str(gate), top,
+                        str(tmp / "macros.v")], capture_output=True, text=True, cwd=REPO)
+    return p.returncode == 0 and "Equivalence successfully proven" in p.stdout, p.stdout[-3000:]
+
+
+@pytest.fixture(scope="module")
+def placed_small_fanout(tmp_path_factory):
+    """mac_sram placed with a fanout limit of 4, so that most of its nets are rebuilt."""
+    os.environ.setdefault("NANGATE45_PDK", PDK)
+    base = tmp_path_factory.mktemp("repair")
+    synthesize(DATA / "mac_sram", base / "synth")
+    mp = pytest.MonkeyPatch()
+    mp.setattr(repair_mod, "MAX_FANOUT", 4)
+    try:
+        r = place(base / "synth", base / "place", effort=1, picture=False, corners=["typical"])
+    finally:
+        mp.undo()
+    return base, r
+
+
+def test_repaired_netlist_is_equivalent_to_synthesis(placed_small_fanout, liberty, tmp_path):
+    base, r = placed_small_fanout
+    rep = r["repair"]
+    assert rep["enabled"] and rep["nets_repaired"] > 50 and rep["buffers_added"] > rep["buffers_removed"] > 0
+    assert rep["cells_after"] == rep["cells_before"] - rep["buffers_removed"] + rep["buffers_added"] == r["cells_placed"]
+    gate = base / "place" / r["files"]["netlist"]
+    ok, log = equivalent(tmp_path, liberty, base / "synth" / "mac_sram.sta.v", gate, "mac_sram")
+    assert ok, log
+    # the check has teeth: one inserted buffer turned into an inverter is found
+    text = gate.read_text()
+    assert "BUF_X2 repair_buf_" in text
+    bad = tmp_path / "bad.v"
+    i = text.index("BUF_X2 repair_buf_")
+    bad.write_text(text[:i] + "INV_X2 " + text[i + 7:].replace(".Z(", ".ZN(", 1))
+    ok, _ = equivalent(tmp_path, liberty, base / "synth" / "mac_sram.sta.v", bad, "mac_sram")
+    assert not ok
+
+
+def test_sta_times_the_repaired_netlist(placed_small_fanout):
+    base, r = placed_small_fanout
+    sta = json.loads((base / "place" / "sta" / "sta.json").read_text())
+    assert Path(sta["netlist"]).name == r["files"]["netlist"]
+    log = (base / "place" / "sta" / "typical.log").read_text()
+    assert "@@PARASITICS" in log and "Warning" not in log, log[:2000]
+    assert r["sta"]["typical"]["met"]
