@@ -6,7 +6,8 @@ STAMP   := .venv/.installed
 BUILD   := build
 BLOCK   ?= dequant_mac
 
-.PHONY: setup doctor rtl sim synth sta report demo test blocks place pnr clean
+# Steps that need the PDK check it first, so a bad NANGATE45_PDK stops them before any work.
+.PHONY: setup pdk doctor rtl sim synth sta report demo test blocks place pnr clean
 
 setup: $(STAMP)
 
@@ -22,7 +23,10 @@ rtl: $(STAMP)
 sim: rtl
 	$(PY) -m verification.sim --rtl $(BUILD)/rtl --out $(BUILD)/sim
 
-synth: rtl
+pdk: $(STAMP)
+	@$(PY) -m pdk_config
+
+synth: pdk rtl
 	$(PY) -m flow.synth --rtl $(BUILD)/rtl --out $(BUILD)/synth
 
 sta: synth
