@@ -39,6 +39,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from flow.cli import publish, report_stage
 from flow.lefdef import DefComponent, DefPin, DefRow, Lef, LefError, read_lef, write_def
 from flow.macro_map import MACRO_HALO_UM, MacroMapError, Mapping, macro_sizes, map_instance, table
 from flow.parasitics import NetPins, RcModel, spef_header, steiner_factor, write_dnet
@@ -553,17 +554,6 @@ def _read_lefs(pdk) -> Lef:
     return lef
 
 
-def _publish(stage: Path, out: Path) -> None:
-    old = out.with_name(out.name + ".old")
-    if old.exists():
-        shutil.rmtree(old)
-    if out.exists():
-        out.rename(old)
-    stage.rename(out)
-    if old.exists():
-        shutil.rmtree(old)
-
-
 def place(synth: Path, out: Path, utilization: float = 0.6, effort: int = 3, corners: list[str] | None = None,
           period_ns: float = 10.0, clock: str = "clk", picture: bool = True,
           cache: Path = REPO / "build" / "pdk_cache", repair_fanout: bool = True) -> dict:
@@ -718,7 +708,7 @@ def place(synth: Path, out: Path, utilization: float = 0.6, effort: int = 3, cor
     (stage / "place.txt").write_text(summary_text(result))
     for f in ("flatten.job.json",):
         (stage / f).unlink(missing_ok=True)
-    _publish(stage, out)
+    publish(stage, out)
     return result
 
 
@@ -766,15 +756,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.flatten_worker:
         return flatten_worker(args.flatten_worker)
-    try:
-        result = place(args.synth, args.out, args.utilization, args.effort, args.corners, args.period, args.clock,
-                       not args.no_picture, repair_fanout=not args.no_repair)
-    except PlaceError as e:
-        print(f"flow.place: error: {e}", file=sys.stderr)
-        return 1
-    print(summary_text(result), end="")
-    print(f"wrote {args.out / 'place.json'}, {args.out / result['files']['def']}")
-    return 0
+    return report_stage("flow.place", PlaceError,
+                        lambda: place(args.synth, args.out, args.utilization, args.effort, args.corners, args.period,
+                                      args.clock, not args.no_picture, repair_fanout=not args.no_repair),
+                        summary_text, lambda r: [args.out / "place.json", args.out / r["files"]["def"]])
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ import sys
 import time
 from pathlib import Path
 
+from flow.cli import publish, report_stage
 from flow.toolchain import ToolError, require
 from pdk_config import PdkError, find_pdk
 from pdk_config.nangate45 import CORNERS
@@ -219,14 +220,7 @@ def run_sta(synth: Path, out: Path, corners: list[str], period_ns: float, clock:
     }
     (stage / "sta.json").write_text(json.dumps(result, indent=1) + "\n")
     (stage / "sta.txt").write_text(summary_text(result))
-    old = out.with_name(out.name + ".old")
-    if old.exists():
-        shutil.rmtree(old)
-    if out.exists():
-        out.rename(old)
-    stage.rename(out)
-    if old.exists():
-        shutil.rmtree(old)
+    publish(stage, out)
     return result
 
 
@@ -238,14 +232,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--period", type=float, default=10.0, help="clock period in ns")
     ap.add_argument("--clock", default="clk", help="clock port")
     args = ap.parse_args(argv)
-    try:
-        result = run_sta(args.synth, args.out, args.corners, args.period, args.clock)
-    except StaError as e:
-        print(f"flow.sta: error: {e}", file=sys.stderr)
-        return 1
-    print(summary_text(result), end="")
-    print(f"wrote {args.out / 'sta.json'}")
-    return 0
+    return report_stage("flow.sta", StaError,
+                        lambda: run_sta(args.synth, args.out, args.corners, args.period, args.clock),
+                        summary_text, lambda r: [args.out / "sta.json"])
 
 
 if __name__ == "__main__":

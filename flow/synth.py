@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from flow.cli import publish, report_stage
 from pdk_config import PdkError, find_pdk
 from pdk_config.nangate45 import BUFFER, DONT_USE, TIE_HI, TIE_LO
 
@@ -462,18 +463,6 @@ def summary_text(r: dict) -> str:
 
 # ---------------------------------------------------------------------------------------------- driver
 
-def _publish(stage: Path, out: Path) -> None:
-    """Replace ``out`` by the complete ``stage`` folder."""
-    old = out.with_name(out.name + ".old")
-    if old.exists():
-        shutil.rmtree(old)
-    if out.exists():
-        out.rename(old)
-    stage.rename(out)
-    if old.exists():
-        shutil.rmtree(old)
-
-
 def _log_errors(log: Path) -> str:
     if not log.exists():
         return "(no log)"
@@ -525,7 +514,7 @@ def synthesize(rtl_dir: Path, out: Path, top: str | None = None, flatten: bool =
     (stage / "synth.txt").write_text(summary_text(result))
     for f in ("job.json", "design.json"):
         (stage / f).rename(stage / ("." + f))        # internal hand-over files, kept for debugging
-    _publish(stage, out)
+    publish(stage, out)
     return result
 
 
@@ -539,14 +528,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.worker:
         return worker(args.worker)
-    try:
-        result = synthesize(args.rtl, args.out, args.top, args.flatten)
-    except SynthError as e:
-        print(f"flow.synth: error: {e}", file=sys.stderr)
-        return 1
-    print(summary_text(result), end="")
-    print(f"wrote {args.out / 'synth.json'}, {args.out / result['files']['netlist']}")
-    return 0
+    return report_stage("flow.synth", SynthError, lambda: synthesize(args.rtl, args.out, args.top, args.flatten),
+                        summary_text, lambda r: [args.out / "synth.json", args.out / r["files"]["netlist"]])
 
 
 if __name__ == "__main__":

@@ -19,12 +19,12 @@ from pathlib import Path
 
 import cocotb
 import numpy as np
-from cocotb.clock import Clock
-from cocotb.triggers import ReadOnly, RisingEdge
+from cocotb.triggers import RisingEdge
 
 from hw.dequant_mac import in_layout
 from hw.params import NIBBLE_MAX, ChipParams
 from nano_k3.int4 import dequant_matvec, pack_nibbles
+from verification.tb import StreamTB
 
 CFG_ENV, CASES_ENV, SEED_ENV = "NANO_K3_RTL_CONFIG", "NANO_K3_DMAC_CASES", "NANO_K3_SEED"
 DEFAULT_SEED = 20240917
@@ -101,12 +101,13 @@ def edge_cases(rng: np.random.Generator, p: ChipParams) -> list[Case]:
 
 
 # ---- the testbench -------------------------------------------------------------------------------------
-class TB:
+class TB(StreamTB):
     """Clock, reset, input driver (random idles), output back-pressure, monitor and scoreboard."""
 
     def __init__(self, dut, params: ChipParams, seed: int):
-        self.dut, self.p, self.lanes = dut, params, params.mac_lanes
-        self.rng = random.Random(seed)
+        self.idle_prob, self.ready_prob = 0.2, 0.7
+        super().__init__(dut, random.Random(seed), lambda: self.idle_prob, lambda: self.ready_prob)
+        self.p, self.lanes = params, params.mac_lanes
         layout = in_layout(params)
         self.off = {name: f.offset for name, f in layout}
         self.width = {name: f.width for name, f in layout}
@@ -114,46 +115,12 @@ class TB:
         # sizes come from the DUT, checked against the parameters the Verilog was generated from
         assert len(dut.i__payload) == layout.size, (len(dut.i__payload), layout.size)
         assert len(dut.o__payload) == self.lanes * self.out_bits, (len(dut.o__payload), self.lanes, self.out_bits)
-        self.idle_prob, self.ready_prob = 0.2, 0.7
         self.pending: deque[tuple[int, Case]] = deque()
         self.mismatches: list[str] = []
         self.n_checked = 0
-        self.cycle = 0
-        self.accept_cycles: list[int] = []
-        self.output_cycles: list[int] = []
-
-    async def start(self) -> None:
-        dut = self.dut
-        Clock(dut.clk, 10, unit="ns").start()
-        dut.i__valid.value = 0
-        dut.i__payload.value = 0
-        dut.o__ready.value = 0
-        dut.rst.value = 1
-        for _ in range(4):
-            await RisingEdge(dut.clk)
-        dut.rst.value = 0
-        cocotb.start_soon(self._count_cycles())
-        cocotb.start_soon(self._backpressure())
-        cocotb.start_soon(self._monitor())
-
-    async def _count_cycles(self) -> None:
-        while True:
-            await RisingEdge(self.dut.clk)
-            self.cycle += 1
-
-    async def _backpressure(self) -> None:
-        while True:
-            self.dut.o__ready.value = int(self.rng.random() < self.ready_prob)
-            await RisingEdge(self.dut.clk)
-
-    async def _monitor(self) -> None:
-        dut = self.dut
-        while True:
-            await ReadOnly()    # settled values of this cycle decide the transfer at the next edge
-            if dut.o__valid.value and dut.o__ready.value:
-                self._score(dut.o__payload.value.to_unsigned())
-                self.output_cycles.append(self.cycle)
-            await RisingEdge(dut.clk)
+    def on_output(self, word: int, cycle: int) -> None:
+        self._score(word)
+        self.output_cycles.append(cycle)
 
     def _score(self, word: int) -> None:
         if not self.pending:
@@ -195,24 +162,8 @@ class TB:
         return words
 
     async def send(self, idx: int, case: Case) -> None:
-        dut = self.dut
         self.pending.append((idx, case))
-        for word in self.beats(case):
-            while self.rng.random() < self.idle_prob:
-                dut.i__valid.value = 0
-                dut.i__payload.value = self.rng.getrandbits(len(dut.i__payload))   # ignored while idle
-                await RisingEdge(dut.clk)
-            dut.i__payload.value = word
-            dut.i__valid.value = 1
-            while True:
-                await ReadOnly()
-                taken = bool(dut.i__ready.value)
-                if taken:   # recorded in the handshake cycle, like the monitor's output cycles
-                    self.accept_cycles.append(self.cycle)
-                await RisingEdge(dut.clk)
-                if taken:
-                    break
-        dut.i__valid.value = 0
+        await self.drivers["i"].send(self.beats(case))
 
     async def drain(self, max_cycles: int = 10_000) -> None:
         for _ in range(max_cycles):
@@ -279,12 +230,12 @@ async def dmac_stream_timing(dut):
     await tb.drain()
     tb.verdict(len(cases))
     n_beats = sum(c.q.shape[0] // 2 for c in cases)
-    span = tb.accept_cycles[-1] - tb.accept_cycles[0] + 1
+    span = tb.drivers["i"].accept_cycles[-1] - tb.drivers["i"].accept_cycles[0] + 1
     assert span == n_beats, f"{n_beats} beats took {span} cycles: the block does not take one beat per cycle"
     last_beat, ends = 0, []
     for c in cases:
         last_beat += c.q.shape[0] // 2
-        ends.append(tb.accept_cycles[last_beat - 1])
+        ends.append(tb.drivers["i"].accept_cycles[last_beat - 1])
     latencies = [o - e for o, e in zip(tb.output_cycles, ends)]
     assert latencies == [cfg["derived"]["latency"]] * len(cases), f"latencies {latencies}, " \
         f"documented {cfg['derived']['latency']}"

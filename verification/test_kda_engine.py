@@ -26,7 +26,6 @@ from dataclasses import dataclass
 
 import cocotb
 import numpy as np
-from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, First, RisingEdge, Timer
 from cocotb.utils import get_sim_time
 
@@ -35,6 +34,7 @@ from nano_k3.config import L2_EPS
 from nano_k3.fixed import gated_norm, kda_alpha, kda_beta, kda_conv, kda_state_update
 from nano_k3.fxp_math import l2norm
 from nano_k3.fxp_ops import S, X
+from verification.tb import start_clock_and_reset
 
 CFG_ENV, POS_ENV, SEED_ENV = "NANO_K3_RTL_CONFIG", "NANO_K3_KDA_POSITIONS", "NANO_K3_SEED"
 DEFAULT_SEED = 20240917
@@ -138,14 +138,10 @@ class TB:
 
     async def start(self) -> None:
         dut = self.dut
-        Clock(dut.clk, CLK_NS, unit="ns").start()
         dut.i__valid.value = 0
         dut.i__payload.value = 0
         dut.o__ready.value = 0
-        dut.rst.value = 1
-        for _ in range(4):
-            await RisingEdge(dut.clk)
-        dut.rst.value = 0
+        await start_clock_and_reset(dut.clk, dut.rst, period_ns=CLK_NS)
         await FallingEdge(dut.clk)
 
     @staticmethod

@@ -14,16 +14,15 @@ from __future__ import annotations
 
 import os
 import random
-from collections import deque
 from pathlib import Path
 
 import cocotb
 import numpy as np
-from cocotb.clock import Clock
-from cocotb.triggers import ReadOnly, RisingEdge
+from cocotb.triggers import RisingEdge
 
 from nano_k3 import fxp_math, luts
 from nano_k3.fxp_ops import X, Fmt
+from verification.tb import StreamTB
 
 CFG_ENV, CASES_ENV, SEED_ENV = "NANO_K3_RTL_CONFIG", "NANO_K3_LUT_CASES", "NANO_K3_SEED"
 DEFAULT_SEED = 20241130
@@ -46,70 +45,10 @@ def unpack(fields: dict, word: int, signed: set[str] = frozenset()) -> dict[str,
     return out
 
 
-# ---- a generic stream testbench: driver with idles, back-pressure, monitor ------------------------
-class StreamTB:
-    """Clock, reset, one input stream driver (random idles) and one output monitor (random ready)."""
-
+# ---- the testbench: verification.tb.StreamTB, waiting for a number of outputs --------------------------
+class LutTB(StreamTB):
     def __init__(self, dut, seed: int, idle_prob: float = 0.25, ready_prob: float = 0.7):
-        self.dut = dut
-        self.rng = random.Random(seed)
-        self.idle_prob, self.ready_prob = idle_prob, ready_prob
-        self.received: deque[int] = deque()
-        self.cycle = 0
-        self.accept_cycles: list[int] = []
-        self.output_cycles: list[int] = []
-
-    async def start(self) -> None:
-        dut = self.dut
-        Clock(dut.clk, 10, unit="ns").start()
-        dut.i__valid.value = 0
-        dut.i__payload.value = 0
-        dut.o__ready.value = 0
-        dut.rst.value = 1
-        for _ in range(4):
-            await RisingEdge(dut.clk)
-        dut.rst.value = 0
-        cocotb.start_soon(self._count())
-        cocotb.start_soon(self._backpressure())
-        cocotb.start_soon(self._monitor())
-
-    async def _count(self) -> None:
-        while True:
-            await RisingEdge(self.dut.clk)
-            self.cycle += 1
-
-    async def _backpressure(self) -> None:
-        while True:
-            self.dut.o__ready.value = int(self.rng.random() < self.ready_prob)
-            await RisingEdge(self.dut.clk)
-
-    async def _monitor(self) -> None:
-        dut = self.dut
-        while True:
-            await ReadOnly()
-            if dut.o__valid.value and dut.o__ready.value:
-                self.received.append(dut.o__payload.value.to_unsigned())
-                self.output_cycles.append(self.cycle)
-            await RisingEdge(dut.clk)
-
-    async def send(self, words: list[int]) -> None:
-        dut = self.dut
-        for word in words:
-            while self.rng.random() < self.idle_prob:
-                dut.i__valid.value = 0
-                dut.i__payload.value = self.rng.getrandbits(len(dut.i__payload))   # ignored while idle
-                await RisingEdge(dut.clk)
-            dut.i__payload.value = word
-            dut.i__valid.value = 1
-            while True:
-                await ReadOnly()
-                taken = bool(dut.i__ready.value)
-                if taken:
-                    self.accept_cycles.append(self.cycle)
-                await RisingEdge(dut.clk)
-                if taken:
-                    break
-        dut.i__valid.value = 0
+        super().__init__(dut, random.Random(seed), idle_prob, ready_prob)
 
     async def wait_outputs(self, n: int, max_cycles: int = 100_000) -> None:
         for _ in range(max_cycles):
@@ -208,10 +147,10 @@ async def run_cases(dut, cfg: dict, cases: dict[str, np.ndarray], tag: str, seed
             for k in RESULTS:
                 ref[k][sel] = part[k]
     exp.update(ref)
-    tb = StreamTB(dut, seed, idle_prob, ready_prob)
+    tb = LutTB(dut, seed, idle_prob, ready_prob)
     await tb.start()
     words = [pack(fields_i, {k: int(v[j]) for k, v in cases.items()}) for j in range(n)]
-    await tb.send(words)
+    await tb.drivers["i"].send(words)
     await tb.wait_outputs(n)
     assert len(tb.received) == n, f"{tag}: {n} beats in, {len(tb.received)} out"
     bad = []
@@ -256,9 +195,9 @@ async def lut_throughput(dut):
     cfg, seed = _setup()
     cases = random_cases(np.random.default_rng(seed + 2), cfg, 64)
     tb = await run_cases(dut, cfg, cases, "thru", seed + 2, idle_prob=0.0, ready_prob=1.0)
-    span = tb.accept_cycles[-1] - tb.accept_cycles[0] + 1
+    span = tb.drivers["i"].accept_cycles[-1] - tb.drivers["i"].accept_cycles[0] + 1
     assert span == 64, f"64 beats took {span} cycles"
-    lat = {o - a for o, a in zip(tb.output_cycles, tb.accept_cycles)}
+    lat = {o - a for o, a in zip(tb.output_cycles, tb.drivers["i"].accept_cycles)}
     assert lat == {cfg["derived"]["latency"]}, f"latencies {lat}, documented {cfg['derived']['latency']}"
 
 

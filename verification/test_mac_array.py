@@ -21,8 +21,7 @@ from pathlib import Path
 
 import cocotb
 import numpy as np
-from cocotb.clock import Clock
-from cocotb.triggers import ReadOnly, RisingEdge
+from cocotb.triggers import RisingEdge
 
 from hw.mac_array import act_layout, cmd_layout, mac_array_params_for, out_layout
 from hw.weight_store import BEAT_BYTES, write_layout
@@ -33,6 +32,7 @@ from nano_k3.image import build_image
 from nano_k3.int4 import dequant_matvec, pack_nibbles
 from nano_k3.tensors import MatSpec, tensor_specs
 from nano_k3.weights import generate, generate_tokens
+from verification.tb import StreamTB
 
 CFG_ENV, CASES_ENV, SEED_ENV = "NANO_K3_RTL_CONFIG", "NANO_K3_MAC_CASES", "NANO_K3_SEED"
 DEFAULT_SEED = 20240917
@@ -73,67 +73,35 @@ class Case:
         self.fan_in, self.fan_out, self.group = q.shape[0], q.shape[1], g
 
 
-class TB:
+class TB(StreamTB):
     def __init__(self, dut, cfg: dict, params, seed: int):
-        self.dut, self.p = dut, params
-        self.rng = random.Random(seed)
+        self.idle_prob, self.ready_prob = 0.2, 0.7
+        super().__init__(dut, random.Random(seed), lambda: self.idle_prob, lambda: self.ready_prob,
+                         inputs=("w", "r_cmd", "act", "i"))
+        dut.r_data__ready.value = 1
+        self.p = params
         self.f_w, self.f_act = _fields(write_layout(params.store)), _fields(act_layout(params))
         self.f_cmd, self.f_o = _fields(cmd_layout(params)), _fields(out_layout(params))
         assert len(dut.i__payload) == cmd_layout(params).size
         assert len(dut.o__payload) == out_layout(params).size
         self.ybits = params.out_bits
-        self.idle_prob, self.ready_prob = 0.2, 0.7
         self.pending: deque = deque()
         self.got: list[int] = []
         self.mismatches: list[str] = []
         self.n_checked = 0
-        self.cycle = 0
         self.cmd_cycles: list[int] = []
         self.last_cycles: list[int] = []
 
-    async def start(self) -> None:
-        dut = self.dut
-        Clock(dut.clk, 10, unit="ns").start()
-        for port in ("w", "r_cmd", "act", "i"):
-            getattr(dut, f"{port}__valid").value = 0
-            getattr(dut, f"{port}__payload").value = 0
-        dut.o__ready.value = 0
-        dut.r_data__ready.value = 1
-        dut.rst.value = 1
-        for _ in range(4):
-            await RisingEdge(dut.clk)
-        dut.rst.value = 0
-        cocotb.start_soon(self._count())
-        cocotb.start_soon(self._backpressure())
-        cocotb.start_soon(self._monitor())
-
-    async def _count(self) -> None:
-        while True:
-            await RisingEdge(self.dut.clk)
-            self.cycle += 1
-
-    async def _backpressure(self) -> None:
-        while True:
-            self.dut.o__ready.value = int(self.rng.random() < self.ready_prob)
-            await RisingEdge(self.dut.clk)
-
-    async def _monitor(self) -> None:
-        dut = self.dut
+    def on_output(self, word: int, cycle: int) -> None:
         off_y, _ = self.f_o["y"]
         off_c, w_c = self.f_o["count"]
         off_l, _ = self.f_o["last"]
         mask = (1 << self.ybits) - 1
-        while True:
-            await ReadOnly()
-            if dut.o__valid.value and dut.o__ready.value:
-                word = dut.o__payload.value.to_unsigned()
-                count = (word >> off_c) & ((1 << w_c) - 1)
-                last = (word >> off_l) & 1
-                self.got += [_signed((word >> (off_y + j * self.ybits)) & mask, self.ybits) for j in range(count)]
-                if last:
-                    self.last_cycles.append(self.cycle)
-                    self._score()
-            await RisingEdge(dut.clk)
+        count = (word >> off_c) & ((1 << w_c) - 1)
+        self.got += [_signed((word >> (off_y + j * self.ybits)) & mask, self.ybits) for j in range(count)]
+        if (word >> off_l) & 1:
+            self.last_cycles.append(cycle)
+            self._score()
 
     def _score(self) -> None:
         got, self.got = self.got, []
@@ -152,43 +120,29 @@ class TB:
                 self.mismatches.append(msg)
         self.n_checked += 1
 
-    async def _put(self, port: str, word: int, idle: bool = True) -> None:
-        dut = self.dut
-        valid, payload, ready = (getattr(dut, f"{port}__{s}") for s in ("valid", "payload", "ready"))
-        while idle and self.rng.random() < self.idle_prob:
-            valid.value = 0
-            payload.value = self.rng.getrandbits(len(payload))
-            await RisingEdge(dut.clk)
-        payload.value, valid.value = word, 1
-        while True:
-            await ReadOnly()
-            taken = bool(ready.value)
-            cyc = self.cycle
-            await RisingEdge(dut.clk)
-            if taken:
-                valid.value = 0
-                return cyc
-
     async def load(self, block: bytes, base_beat: int = 0, idle: bool = True) -> None:
-        for k in range(len(block) // BEAT_BYTES):
-            data = int.from_bytes(block[k * BEAT_BYTES:(k + 1) * BEAT_BYTES], "little")
-            await self._put("w", _pack(self.f_w, {"beat": base_beat + k, "data": data}), idle)
+        words = [_pack(self.f_w, {"beat": base_beat + k,
+                                  "data": int.from_bytes(block[k * BEAT_BYTES:(k + 1) * BEAT_BYTES], "little")})
+                 for k in range(len(block) // BEAT_BYTES)]
+        await self.drivers["w"].send(words, idle=idle)
 
     async def send(self, idx: int, case: Case, desc: dict, idle: bool = True) -> None:
         al = self.p.act_lanes
         a_bits = fxp_ops.A.bits
         off_m, _ = self.f_act["m"]
+        words = []
         for k in range(0, case.fan_in, al):
             word = _pack(self.f_act, {"frac": case.frac, "last": int(k + al >= case.fan_in)})
             for j in range(al):
                 word |= (int(case.m[k + j]) & ((1 << a_bits) - 1)) << (off_m + j * a_bits)
-            await self._put("act", word, idle)
+            words.append(word)
+        await self.drivers["act"].send(words, idle=idle)
         q, s, z = (desc[f"{case.name}.{t}"] for t in "qsz")
         cmd = {"q_beat": q, "s_beat": s, "z_beat": z, "fan_in": case.fan_in,
                "fan_out_log2": case.fan_out.bit_length() - 1, "group_log2": case.group.bit_length() - 1,
                "fmt": case.fmt}
         self.pending.append((idx, case))
-        self.cmd_cycles.append(await self._put("i", _pack(self.f_cmd, cmd), idle))
+        self.cmd_cycles.append(await self.drivers["i"].send([_pack(self.f_cmd, cmd)], idle=idle))
 
     async def drain(self, max_cycles: int = 20_000) -> None:
         for _ in range(max_cycles):

@@ -9,16 +9,15 @@ from __future__ import annotations
 import json
 import os
 import random
-from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
 import cocotb
 import pytest
-from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge
+from cocotb.triggers import ReadOnly, RisingEdge
 
 from verification.mem_model import BEAT, Timing, MemoryModel
+from verification.tb import QueuedSource, RecordingSink, Stream, start_clock_and_reset
 
 PROFILES = {                      # SPEC §3 timing profiles used here
     "b24_j12": Timing(base=24, jitter=12, ready_drop=0.0),
@@ -56,59 +55,6 @@ def unpack(fields: dict, word: int) -> dict[str, int]:
     return {name: word >> off & ((1 << width) - 1) for name, (off, width) in fields.items()}
 
 
-class StreamSource:
-    """Drives a valid/ready stream from a queue of payload integers, with random idle cycles."""
-
-    def __init__(self, clk, valid, ready, payload, rng: random.Random, idle: float):
-        self.clk, self.valid, self.ready, self.payload, self.rng, self.idle = clk, valid, ready, payload, rng, idle
-        self.queue: deque[int] = deque()
-        self.busy = False
-        valid.value = 0
-        cocotb.start_soon(self._run())
-
-    @property
-    def empty(self) -> bool:
-        return not self.queue and not self.busy
-
-    async def _run(self) -> None:
-        current = None
-        while True:
-            await RisingEdge(self.clk)
-            if current is None and self.queue and self.rng.random() >= self.idle:
-                current = self.queue.popleft()
-            self.busy = current is not None
-            self.valid.value = int(self.busy)
-            if self.busy:
-                self.payload.value = current
-            await ReadOnly()
-            if self.busy and int(self.ready.value):
-                current = None          # taken on the coming edge; valid held until then (stream rule)
-
-
-class StreamSink:
-    """Takes a valid/ready stream with ``ready`` high with probability ``ready_prob``; records (cycle, word)."""
-
-    def __init__(self, clk, valid, ready, payload, rng: random.Random, ready_prob: float, clock_of):
-        self.clk, self.valid, self.ready, self.payload = clk, valid, ready, payload
-        self.rng, self.ready_prob, self.clock_of = rng, ready_prob, clock_of
-        self.items: list[tuple[int, int]] = []
-        self.stalls = 0                 # cycles a valid beat was refused
-        ready.value = 0
-        cocotb.start_soon(self._run())
-
-    async def _run(self) -> None:
-        while True:
-            await RisingEdge(self.clk)
-            r = self.ready_prob >= 1.0 or self.rng.random() < self.ready_prob
-            self.ready.value = int(r)
-            await ReadOnly()
-            if int(self.valid.value):
-                if r:
-                    self.items.append((self.clock_of(), int(self.payload.value)))
-                else:
-                    self.stalls += 1
-
-
 @dataclass
 class Setup:
     timing: Timing
@@ -138,18 +84,14 @@ class TB:
 
     async def start(self) -> None:
         dut = self.dut
-        Clock(dut.clk, 10, unit="ns").start()
         for port in (dut.rd_cmd__valid, dut.wr__valid, dut.o__ready, dut.mem__req_ready, dut.mem__rsp_valid):
             port.value = 0
-        dut.rst.value = 1
-        await ClockCycles(dut.clk, 16)                  # SPEC §1: reset held 16 cycles
-        dut.rst.value = 0
+        await start_clock_and_reset(dut.clk, dut.rst, cycles=16)     # SPEC §1: reset held 16 cycles
         # agents and memory start after reset, so nothing the flops held before it is taken as traffic
-        self.cmd = StreamSource(dut.clk, dut.rd_cmd__valid, dut.rd_cmd__ready, dut.rd_cmd__payload,
-                                self.rng, self.s.cmd_idle)
-        self.wr = StreamSource(dut.clk, dut.wr__valid, dut.wr__ready, dut.wr__payload, self.rng, self.s.wr_idle)
-        self.out = StreamSink(dut.clk, dut.o__valid, dut.o__ready, dut.o__payload, self.rng, self.s.out_ready,
-                              lambda: self.mem.stats.cycles)
+        self.cmd = QueuedSource(dut.clk, Stream.of(dut, "rd_cmd"), self.rng, self.s.cmd_idle)
+        self.wr = QueuedSource(dut.clk, Stream.of(dut, "wr"), self.rng, self.s.wr_idle)
+        self.out = RecordingSink(dut.clk, Stream.of(dut, "o"), self.rng, self.s.out_ready,
+                                 lambda: self.mem.stats.cycles)
         self.mem.start()
         await RisingEdge(dut.clk)
 

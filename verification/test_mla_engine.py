@@ -12,18 +12,17 @@ from __future__ import annotations
 import json
 import os
 import random
-from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
 import cocotb
 import numpy as np
 import pytest
-from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge
+from cocotb.triggers import ClockCycles, RisingEdge
 
 from nano_k3.fixed import mla_attention, mla_score_const
 from nano_k3.fxp_ops import X
+from verification.tb import CycleCounter, QueuedSource, RecordingSink, Stream, start_clock_and_reset
 
 CFG_ENV, SEED_ENV, STEPS_ENV = "NANO_K3_RTL_CONFIG", "NANO_K3_SEED", "NANO_K3_MLA_STEPS"
 DEFAULT_SEED = 20261130
@@ -42,51 +41,6 @@ def to_u(v: int, width: int) -> int:
 
 def to_s(v: int, width: int) -> int:
     return v - (1 << width) if v >> (width - 1) else v
-
-
-class StreamSource:
-    """Drives a valid/ready stream from a queue of payload integers, with random idle cycles."""
-
-    def __init__(self, clk, valid, ready, payload, rng: random.Random, idle: float):
-        self.clk, self.valid, self.ready, self.payload, self.rng, self.idle = clk, valid, ready, payload, rng, idle
-        self.queue: deque[int] = deque()
-        self.busy = False
-        valid.value = 0
-        cocotb.start_soon(self._run())
-
-    async def _run(self) -> None:
-        current = None
-        while True:
-            await RisingEdge(self.clk)
-            if current is None and self.queue and self.rng.random() >= self.idle:
-                current = self.queue.popleft()
-            self.busy = current is not None
-            self.valid.value = int(self.busy)
-            if self.busy:
-                self.payload.value = current
-            await ReadOnly()
-            if self.busy and int(self.ready.value):
-                current = None
-
-
-class StreamSink:
-    """Takes a valid/ready stream with ``ready`` high with probability ``ready_prob``; records (cycle, word)."""
-
-    def __init__(self, clk, valid, ready, payload, rng: random.Random, ready_prob: float, clock_of):
-        self.clk, self.valid, self.ready, self.payload = clk, valid, ready, payload
-        self.rng, self.ready_prob, self.clock_of = rng, ready_prob, clock_of
-        self.items: deque[tuple[int, int]] = deque()
-        ready.value = 0
-        cocotb.start_soon(self._run())
-
-    async def _run(self) -> None:
-        while True:
-            await RisingEdge(self.clk)
-            r = self.ready_prob >= 1.0 or self.rng.random() < self.ready_prob
-            self.ready.value = int(r)
-            await ReadOnly()
-            if int(self.valid.value) and r:
-                self.items.append((self.clock_of(), int(self.payload.value)))
 
 
 @dataclass
@@ -157,26 +111,17 @@ class TB:
         self.rng = random.Random(seed)
         self.nrng = np.random.default_rng(seed)
         self.in_idle, self.out_ready = in_idle, out_ready
-        self.cycle = 0
+        self.cycle = CycleCounter(dut.clk)
         self.steps = 0
 
     async def start(self) -> None:
         dut = self.dut
-        Clock(dut.clk, 10, unit="ns").start()
         dut.i__valid.value = 0
         dut.o__ready.value = 0
-        dut.rst.value = 1
-        await ClockCycles(dut.clk, 4)
-        dut.rst.value = 0
-        cocotb.start_soon(self._count())
-        self.src = StreamSource(dut.clk, dut.i__valid, dut.i__ready, dut.i__payload, self.rng, self.in_idle)
-        self.sink = StreamSink(dut.clk, dut.o__valid, dut.o__ready, dut.o__payload, self.rng, self.out_ready,
-                               lambda: self.cycle)
-
-    async def _count(self) -> None:
-        while True:
-            await RisingEdge(self.dut.clk)
-            self.cycle += 1
+        await start_clock_and_reset(dut.clk, dut.rst)
+        self.cycle.start()
+        self.src = QueuedSource(dut.clk, Stream.of(dut, "i"), self.rng, self.in_idle)
+        self.sink = RecordingSink(dut.clk, Stream.of(dut, "o"), self.rng, self.out_ready, self.cycle)
 
     def beats(self, t: int, seq: Sequence) -> list[int]:
         """The input beats of position t in the engine's order; padding lanes get random garbage."""
@@ -215,7 +160,7 @@ class TB:
         await self.configure(seq.dims)
         for t in range(T):
             self.sink.items.clear()
-            c0 = self.cycle
+            c0 = self.cycle()
             self.src.queue.extend(self.beats(t, seq))
             got = []
             for _ in range(200_000):

@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 
 import cocotb
 import numpy as np
-from cocotb.clock import Clock
-from cocotb.triggers import ReadOnly, RisingEdge
+from cocotb.triggers import RisingEdge
 
 from nano_k3.fixed import router_scores, router_select, router_weights
 from nano_k3.fxp_ops import P, X
+from verification.tb import StreamTB
 
 CFG_ENV, CASES_ENV, SEED_ENV = "NANO_K3_RTL_CONFIG", "NANO_K3_ROUTER_CASES", "NANO_K3_SEED"
 DEFAULT_SEED = 20240917
@@ -125,59 +125,26 @@ def unpack(fields: dict, word: int) -> dict[str, int]:
     return {name: word >> off & ((1 << width) - 1) for name, (off, width) in fields.items()}
 
 
-class TB:
+class TB(StreamTB):
     """Clock, reset, input driver (random idles), output back-pressure, monitor and scoreboard."""
 
     def __init__(self, dut, cfg: dict, seed: int):
-        self.dut, self.cfg = dut, cfg
-        self.rng = random.Random(seed)
+        self.idle_prob, self.ready_prob = 0.25, 0.6
+        super().__init__(dut, random.Random(seed), lambda: self.idle_prob, lambda: self.ready_prob)
+        self.cfg = cfg
         self.fi, self.fo = cfg["streams"]["i"]["fields"], cfg["streams"]["o"]["fields"]
         assert len(dut.i__payload) == cfg["streams"]["i"]["payload_bits"], len(dut.i__payload)
         assert len(dut.o__payload) == cfg["streams"]["o"]["payload_bits"], len(dut.o__payload)
-        self.idle_prob, self.ready_prob = 0.25, 0.6
         self.pending: deque[tuple[int, Case]] = deque()
         self.got: list[tuple[int, int, int]] = []          # pairs of the case being received
         self.mismatches: list[str] = []
         self.n_checked = 0
-        self.cycle = 0
-        self.accept_cycles: list[int] = []
-        self.output_cycles: list[int] = []
-
-    async def start(self) -> None:
-        dut = self.dut
-        Clock(dut.clk, 10, unit="ns").start()
-        dut.i__valid.value = 0
-        dut.i__payload.value = 0
-        dut.o__ready.value = 0
-        dut.rst.value = 1
-        for _ in range(4):
-            await RisingEdge(dut.clk)
-        dut.rst.value = 0
-        cocotb.start_soon(self._count_cycles())
-        cocotb.start_soon(self._backpressure())
-        cocotb.start_soon(self._monitor())
-
-    async def _count_cycles(self) -> None:
-        while True:
-            await RisingEdge(self.dut.clk)
-            self.cycle += 1
-
-    async def _backpressure(self) -> None:
-        while True:
-            self.dut.o__ready.value = int(self.rng.random() < self.ready_prob)
-            await RisingEdge(self.dut.clk)
-
-    async def _monitor(self) -> None:
-        dut = self.dut
-        while True:
-            await ReadOnly()
-            if dut.o__valid.value and dut.o__ready.value:
-                f = unpack(self.fo, dut.o__payload.value.to_unsigned())
-                self.got.append((f["expert"], f["weight"], f["last"]))
-                self.output_cycles.append(self.cycle)
-                if f["last"]:
-                    self._score()
-            await RisingEdge(dut.clk)
+    def on_output(self, word: int, cycle: int) -> None:
+        f = unpack(self.fo, word)
+        self.got.append((f["expert"], f["weight"], f["last"]))
+        self.output_cycles.append(cycle)
+        if f["last"]:
+            self._score()
 
     def _fail(self, msg: str) -> None:
         if len(self.mismatches) < 20:
@@ -201,28 +168,12 @@ class TB:
         self.n_checked += 1
 
     async def send(self, idx: int, case: Case) -> None:
-        dut = self.dut
         self.pending.append((idx, case))
         n = len(case.logits)
         k_bits = self.fi["top_k"][1]
-        for e in range(n):
-            while self.rng.random() < self.idle_prob:
-                dut.i__valid.value = 0
-                dut.i__payload.value = self.rng.getrandbits(len(dut.i__payload))   # ignored while idle
-                await RisingEdge(dut.clk)
-            last = e == n - 1
-            top_k = case.k if last else self.rng.getrandbits(k_bits)                # read on `last` only
-            dut.i__payload.value = pack(self.fi, logit=case.logits[e], bias=case.bias[e], top_k=top_k, last=last)
-            dut.i__valid.value = 1
-            while True:
-                await ReadOnly()
-                taken = bool(dut.i__ready.value)
-                if taken:
-                    self.accept_cycles.append(self.cycle)
-                await RisingEdge(dut.clk)
-                if taken:
-                    break
-        dut.i__valid.value = 0
+        # top_k is read on `last` only: the other elements carry random values
+        await self.drivers["i"].send(pack(self.fi, logit=case.logits[e], bias=case.bias[e], last=e == n - 1,
+                                    top_k=case.k if e == n - 1 else self.rng.getrandbits(k_bits)) for e in range(n))
 
     async def drain(self, max_cycles: int = 10_000) -> None:
         for _ in range(max_cycles):
@@ -298,8 +249,8 @@ async def router_timing(dut):
     cases = [Case(f"t{i}-e8-k2", x_of(rng.normal(0, 2, 8)), rng.integers(-512, 512, 8), 2) for i in range(3)]
     await _run(dut, tb, cases)
     for c in range(len(cases)):
-        first_in = tb.accept_cycles[8 * c]
-        last_in = tb.accept_cycles[8 * c + 7]
+        first_in = tb.drivers["i"].accept_cycles[8 * c]
+        last_in = tb.drivers["i"].accept_cycles[8 * c + 7]
         o0, o1 = tb.output_cycles[2 * c], tb.output_cycles[2 * c + 1]
         assert last_in - first_in == 7, f"case {c}: 8 elements took {last_in - first_in + 1} cycles"
         assert o0 - first_in == d["latency_e8"], f"case {c}: latency {o0 - first_in}, documented {d['latency_e8']}"

@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 
 import cocotb
 import numpy as np
-from cocotb.clock import Clock
 from cocotb.triggers import ReadOnly, RisingEdge
 
 from nano_k3.fixed import residual_mix
 from nano_k3.fxp_ops import X
+from verification.tb import CycleCounter, start_clock_and_reset
 
 CFG_ENV, CASES_ENV, SEED_ENV = "NANO_K3_RTL_CONFIG", "NANO_K3_MIX_CASES", "NANO_K3_SEED"
 DEFAULT_SEED = 20240917
@@ -137,7 +137,7 @@ class TB:
         self.pend_e: deque[tuple[int, Case]] = deque()
         self.mismatches: list[str] = []
         self.n_checked = 0
-        self.cycle = 0
+        self.cycle = CycleCounter(dut.clk)
         self.first_accept: int | None = None
         self.last_out: int | None = None
 
@@ -155,29 +155,20 @@ class TB:
 
     async def start(self) -> None:
         dut = self.dut
-        Clock(dut.clk, 10, unit="ns").start()
         for s in ("i", "w", "proj"):
             getattr(dut, f"{s}__valid").value = 0
             getattr(dut, f"{s}__payload").value = 0
         dut.o__ready.value = 0
         if self.trace_e:
             dut.e__ready.value = 0
-        dut.rst.value = 1
-        for _ in range(4):
-            await RisingEdge(dut.clk)
-        dut.rst.value = 0
-        cocotb.start_soon(self._count())
+        await start_clock_and_reset(dut.clk, dut.rst)
+        self.cycle.start()
         cocotb.start_soon(self._drive("i", self.q_i))
         cocotb.start_soon(self._drive("w", self.q_w))
         cocotb.start_soon(self._drive("proj", self.q_p))
         cocotb.start_soon(self._sink("o"))
         if self.trace_e:
             cocotb.start_soon(self._sink("e"))
-
-    async def _count(self) -> None:
-        while True:
-            await RisingEdge(self.dut.clk)
-            self.cycle += 1
 
     async def _drive(self, name: str, q: deque) -> None:
         dut = self.dut
@@ -194,7 +185,7 @@ class TB:
                 await ReadOnly()
                 taken = bool(ready.value)
                 if taken and name == "i" and self.first_accept is None:
-                    self.first_accept = self.cycle
+                    self.first_accept = self.cycle()
                 await RisingEdge(dut.clk)
                 if taken:
                     q.popleft()
@@ -214,7 +205,7 @@ class TB:
                     self._score(name, got)
                     got = []
                     if name == "o":
-                        self.last_out = self.cycle
+                        self.last_out = self.cycle()
             await RisingEdge(dut.clk)
 
     def _score(self, name: str, got: list[int]) -> None:

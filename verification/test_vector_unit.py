@@ -12,75 +12,30 @@ from __future__ import annotations
 
 import os
 import random
-from collections import deque
 
 import cocotb
 import numpy as np
-from cocotb.clock import Clock
-from cocotb.triggers import ReadOnly, RisingEdge
+from cocotb.triggers import RisingEdge
 
 from nano_k3 import fixed, fxp_math
 from nano_k3.fxp_ops import UNIT, P, X
+from verification.tb import StreamTB, start_clock_and_reset
 from verification.test_lut_unit import pack, unpack
 
 CFG_ENV, CASES_ENV, SEED_ENV = "NANO_K3_RTL_CONFIG", "NANO_K3_VEC_CASES", "NANO_K3_SEED"
 DEFAULT_SEED = 20241130
 
 
-class Port:
-    """One stream pair of the DUT (``<name>_i`` / ``<name>_o``): driver with idles, monitor with back-pressure."""
+class Port(StreamTB):
+    """One stream pair of the DUT (``<name>_i`` / ``<name>_o``) with its own generator: driver with idles,
+    monitor with back-pressure. The clock and reset are shared: started once, then each port's agents."""
 
     def __init__(self, dut, name: str, rng: random.Random, idle: float, ready: float):
-        self.dut, self.name, self.rng, self.idle, self.ready = dut, name, rng, idle, ready
-        self.iv, self.ip, self.ir = (getattr(dut, f"{name}_i__{s}") for s in ("valid", "payload", "ready"))
-        self.ov, self.op, self.orr = (getattr(dut, f"{name}_o__{s}") for s in ("valid", "payload", "ready"))
-        self.received: deque[int] = deque()
-        self.cycle = 0
-        self.accept_cycles: list[int] = []
-        self.output_cycles: list[int] = []
-        self.iv.value = 0
-        self.orr.value = 0
-
-    def start(self) -> None:
-        cocotb.start_soon(self._backpressure())
-        cocotb.start_soon(self._monitor())
-        cocotb.start_soon(self._count())
-
-    async def _count(self) -> None:
-        while True:
-            await RisingEdge(self.dut.clk)
-            self.cycle += 1
-
-    async def _backpressure(self) -> None:
-        while True:
-            self.orr.value = int(self.rng.random() < self.ready)
-            await RisingEdge(self.dut.clk)
-
-    async def _monitor(self) -> None:
-        while True:
-            await ReadOnly()
-            if self.ov.value and self.orr.value:
-                self.received.append(self.op.value.to_unsigned())
-                self.output_cycles.append(self.cycle)
-            await RisingEdge(self.dut.clk)
+        super().__init__(dut, rng, idle, ready, inputs=(f"{name}_i",), output=f"{name}_o")
+        self.driver = self.drivers[f"{name}_i"]
 
     async def send(self, words: list[int]) -> None:
-        for word in words:
-            while self.rng.random() < self.idle:
-                self.iv.value = 0
-                self.ip.value = self.rng.getrandbits(len(self.ip))
-                await RisingEdge(self.dut.clk)
-            self.ip.value = word
-            self.iv.value = 1
-            while True:
-                await ReadOnly()
-                taken = bool(self.ir.value)
-                if taken:
-                    self.accept_cycles.append(self.cycle)
-                await RisingEdge(self.dut.clk)
-                if taken:
-                    break
-        self.iv.value = 0
+        await self.driver.send(words)
 
     async def wait(self, n: int, max_cycles: int = 2_000_000) -> None:
         for _ in range(max_cycles):
@@ -209,15 +164,11 @@ async def run_all(dut, n_cases: int, seed: int, edges_only: bool) -> None:
     d = cfg["derived"]
     rng_py = random.Random(seed)
     rng = np.random.default_rng(seed)
-    Clock(dut.clk, 10, unit="ns").start()
     ports = {name: Port(dut, name, random.Random(rng_py.getrandbits(32)), idle=0.25, ready=0.6)
              for name in ("ew", "norm", "softmax")}
-    dut.rst.value = 1
-    for _ in range(4):
-        await RisingEdge(dut.clk)
-    dut.rst.value = 0
+    await start_clock_and_reset(dut.clk, dut.rst)
     for p in ports.values():
-        p.start()
+        p.start_agents()
 
     ops = d["ew_ops"]
     ew = ew_cases(rng, ops, 0 if edges_only else n_cases)
@@ -300,14 +251,10 @@ async def vector_latency(dut):
     """No idles, no back-pressure: one 64-element vector through each unit; cycles measured and bounded."""
     cfg, seed = _setup()
     d = cfg["derived"]
-    Clock(dut.clk, 10, unit="ns").start()
     ports = {name: Port(dut, name, random.Random(seed), idle=0.0, ready=1.0) for name in ("ew", "norm", "softmax")}
-    dut.rst.value = 1
-    for _ in range(4):
-        await RisingEdge(dut.clk)
-    dut.rst.value = 0
+    await start_clock_and_reset(dut.clk, dut.rst)
     for p in ports.values():
-        p.start()
+        p.start_agents()
     rng = np.random.default_rng(seed + 3)
     n = 64
     v = rng.integers(-(1 << X.frac), 1 << X.frac, n)
@@ -321,7 +268,7 @@ async def vector_latency(dut):
     await ports["ew"].wait(n)
     report = {}
     for name, p in ports.items():
-        acc, out = p.accept_cycles, p.output_cycles
+        acc, out = p.driver.accept_cycles, p.output_cycles
         assert acc[-1] - acc[0] + 1 == n and out[-1] - out[0] + 1 == n, f"{name}: not one element per cycle"
         report[name] = (out[0] - acc[-1], out[-1] - acc[0] + 1)
         dut._log.info("%s: first output %d cycles after the last input; %d-element vector in %d cycles",

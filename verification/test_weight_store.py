@@ -18,90 +18,51 @@ import random
 from collections import deque
 
 import cocotb
-from cocotb.clock import Clock
-from cocotb.triggers import ReadOnly, RisingEdge
+from cocotb.triggers import RisingEdge
 
 from hw.mac_array import mac_array_params_for
 from hw.weight_store import BEAT_BITS, read_cmd_layout, write_layout
+from verification.tb import StreamTB
 from verification.test_mac_array import SIM_WAIVERS, _fields, _pack
 
 CFG_ENV, CASES_ENV, SEED_ENV = "NANO_K3_RTL_CONFIG", "NANO_K3_WS_CASES", "NANO_K3_SEED"
 DEFAULT_SEED = 20240917
 
 
-class TB:
+class TB(StreamTB):
     def __init__(self, dut, sp, seed: int):
-        self.dut, self.sp = dut, sp
-        self.rng = random.Random(seed)
+        self.idle_prob, self.ready_prob = 0.25, 0.6
+        super().__init__(dut, random.Random(seed), lambda: self.idle_prob, lambda: self.ready_prob,
+                         inputs=("w", "r_cmd", "act", "i"), output="r_data")
+        dut.o__ready.value = 1
+        self.sp = sp
         self.f_w, self.f_r = _fields(write_layout(sp)), _fields(read_cmd_layout(sp))
         assert len(dut.r_data__payload) == sp.banks * BEAT_BITS + 1
         self.mem: list[int | None] = [None] * sp.beats
         self.expect: deque = deque()          # (cmd idx, transfer idx, [beats or None], last)
         self.mismatches: list[str] = []
         self.n_transfers = 0
-        self.idle_prob, self.ready_prob = 0.25, 0.6
 
-    async def start(self) -> None:
-        dut = self.dut
-        Clock(dut.clk, 10, unit="ns").start()
-        for port in ("w", "r_cmd", "act", "i"):
-            getattr(dut, f"{port}__valid").value = 0
-            getattr(dut, f"{port}__payload").value = 0
-        dut.o__ready.value = 1
-        dut.r_data__ready.value = 0
-        dut.rst.value = 1
-        for _ in range(4):
-            await RisingEdge(dut.clk)
-        dut.rst.value = 0
-        cocotb.start_soon(self._backpressure())
-        cocotb.start_soon(self._monitor())
-
-    async def _backpressure(self) -> None:
-        while True:
-            self.dut.r_data__ready.value = int(self.rng.random() < self.ready_prob)
-            await RisingEdge(self.dut.clk)
-
-    async def _monitor(self) -> None:
-        dut, nb = self.dut, self.sp.banks
-        mask = (1 << BEAT_BITS) - 1
-        while True:
-            await ReadOnly()
-            if dut.r_data__valid.value and dut.r_data__ready.value:
-                word = dut.r_data__payload.value.to_unsigned()
-                if not self.expect:
-                    self.mismatches.append("unexpected r_data transfer")
-                else:
-                    idx, t, beats, last = self.expect.popleft()
-                    for j in range(nb):
-                        got = (word >> (j * BEAT_BITS)) & mask
-                        if beats[j] is not None and got != beats[j]:
-                            msg = f"read {idx} transfer {t} beat {j}: expected {beats[j]:#x} got {got:#x}"
-                            if len(self.mismatches) < 10:
-                                dut._log.error(msg)
-                            self.mismatches.append(msg)
-                    if ((word >> (nb * BEAT_BITS)) & 1) != last:
-                        self.mismatches.append(f"read {idx} transfer {t}: last flag {not last} expected {last}")
-                    self.n_transfers += 1
-            await RisingEdge(dut.clk)
-
-    async def _put(self, port: str, word: int) -> None:
-        dut = self.dut
-        valid, payload, ready = (getattr(dut, f"{port}__{s}") for s in ("valid", "payload", "ready"))
-        while self.rng.random() < self.idle_prob:
-            valid.value = 0
-            payload.value = self.rng.getrandbits(len(payload))
-            await RisingEdge(dut.clk)
-        payload.value, valid.value = word, 1
-        while True:
-            await ReadOnly()
-            taken = bool(ready.value)
-            await RisingEdge(dut.clk)
-            if taken:
-                valid.value = 0
-                return
+    def on_output(self, word: int, cycle: int) -> None:
+        self.output_cycles.append(cycle)
+        nb, mask = self.sp.banks, (1 << BEAT_BITS) - 1
+        if not self.expect:
+            self.mismatches.append("unexpected r_data transfer")
+            return
+        idx, t, beats, last = self.expect.popleft()
+        for j in range(nb):
+            got = (word >> (j * BEAT_BITS)) & mask
+            if beats[j] is not None and got != beats[j]:
+                msg = f"read {idx} transfer {t} beat {j}: expected {beats[j]:#x} got {got:#x}"
+                if len(self.mismatches) < 10:
+                    self.dut._log.error(msg)
+                self.mismatches.append(msg)
+        if ((word >> (nb * BEAT_BITS)) & 1) != last:
+            self.mismatches.append(f"read {idx} transfer {t}: last flag {not last} expected {last}")
+        self.n_transfers += 1
 
     async def write(self, beat: int, data: int) -> None:
-        await self._put("w", _pack(self.f_w, {"beat": beat, "data": data}))
+        await self.drivers["w"].send([_pack(self.f_w, {"beat": beat, "data": data})])
         self.mem[beat] = data
 
     async def read(self, idx: int, start: int, count: int) -> None:
@@ -110,7 +71,7 @@ class TB:
         for t in range(n_tr):
             beats = [self.mem[start + t * nb + j] if t * nb + j < count else None for j in range(nb)]
             self.expect.append((idx, t, beats, int(t == n_tr - 1)))
-        await self._put("r_cmd", _pack(self.f_r, {"start": start, "count": count}))
+        await self.drivers["r_cmd"].send([_pack(self.f_r, {"start": start, "count": count})])
 
     async def drain(self) -> None:
         for _ in range(20_000):
@@ -168,21 +129,10 @@ async def store_stream_rate(dut):
     for beat in range(1, 1 + count):
         await tb.write(beat, tb.rng.getrandbits(BEAT_BITS))
     n_tr = -(-count // sp.banks)
-    cycles = {"first": None, "last": None}
-
-    async def watch():
-        c = 0
-        while True:
-            await ReadOnly()
-            if tb.dut.r_data__valid.value and tb.dut.r_data__ready.value:
-                cycles["first"] = c if cycles["first"] is None else cycles["first"]
-                cycles["last"] = c
-            await RisingEdge(tb.dut.clk)
-            c += 1
-    cocotb.start_soon(watch())
+    first = len(tb.output_cycles)
     await tb.read(0, 1, count)                     # unaligned start
     await tb.drain()
-    span = cycles["last"] - cycles["first"] + 1
+    span = tb.output_cycles[-1] - tb.output_cycles[first] + 1
     assert span == n_tr, f"{n_tr} transfers took {span} cycles"
 
 

@@ -1,0 +1,37 @@
+"""How a flow stage ends: its finished folder replaces the previous one, and ``main`` prints the summary
+and what it wrote, or the stage's error."""
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+from typing import Callable, Sequence, TypeVar
+
+R = TypeVar("R")
+
+
+def publish(stage: Path, out: Path) -> None:
+    """Replace ``out`` by the complete ``stage`` folder (the old one is kept as ``<out>.old`` until then),
+    so that a failed run never leaves a half-written result under ``out``."""
+    old = out.with_name(out.name + ".old")
+    if old.exists():
+        shutil.rmtree(old)
+    if out.exists():
+        out.rename(old)
+    stage.rename(out)
+    if old.exists():
+        shutil.rmtree(old)
+
+
+def report_stage(prog: str, error: type[Exception], run: Callable[[], R], summary: Callable[[R], str],
+                 written: Callable[[R], Sequence[Path]]) -> int:
+    """Call ``run()``; on ``error`` print ``<prog>: error: ...`` to stderr and return 1, else print
+    ``summary(result)`` and ``wrote <files>`` and return 0 (the exit status of ``python -m <prog>``)."""
+    try:
+        result = run()
+    except error as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 1
+    print(summary(result), end="")
+    print("wrote " + ", ".join(str(p) for p in written(result)))
+    return 0
