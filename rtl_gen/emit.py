@@ -18,6 +18,7 @@ from amaranth.lib import data, stream, wiring
 from hw.dequant_mac import DequantMacLanes
 from hw.kda_engine import kda_engine_block, kda_engine_derived
 from hw.mac_array import mac_array_block, mac_array_derived
+from hw.chip_top import chip_block, chip_derived, chip_files
 from hw.lut_unit import lut_unit_block, lut_unit_derived
 from hw.mla_engine import mla_engine_block, mla_engine_derived
 from hw.mem_engine import SPEC_ADDR_WIDTH, SPEC_BEAT_BITS, MemEngine
@@ -38,6 +39,7 @@ class Block:
     build: Callable[[ChipParams], wiring.Component]
     derived: Callable[[ChipParams], dict] = field(default=lambda p: {})
     doc: str = ""
+    files: Callable[[ChipParams, Path], list] | None = None   # extra files beside the Verilog (ROM hex)
 
 
 def _dequant_mac_derived(p: ChipParams) -> dict:
@@ -73,6 +75,8 @@ BLOCKS: dict[str, Block] = {
                          doc="vector unit: elementwise, RMSNorm/L2 norm, softmax exp (hw.vector_unit.VectorUnit)"),
     "mla_engine": Block(top="mla_engine", build=mla_engine_block, derived=mla_engine_derived,
                         doc="MLA engine: k/v cache, scores, base-2 softmax, context (hw.mla_engine.MlaEngine)"),
+    "chip": Block(top="msh_chip_top", build=chip_block, derived=chip_derived, files=chip_files,
+                  doc="the whole chip: sequencer, micro-program ROM, VRF, engines (hw.chip_top.ChipTop)"),
     "mac_array": Block(top="mac_array", build=mac_array_block, derived=mac_array_derived,
                        doc="weight store (msh_sram banks) + INT4 dequant-MAC array (hw.mac_array.MacArray)"),
     "res_mixer": Block(top="res_mixer", build=res_mixer_block, derived=res_mixer_derived,
@@ -153,6 +157,8 @@ def emit(block_name: str, out_dir: Path | str, params: ChipParams) -> Emitted:
     c_path.unlink(missing_ok=True)     # a stale config must not vouch for a half-updated set
     _write_atomic(v_path, text)
     _write_atomic(f_path, f"{v_path.name}\n")
+    if blk.files is not None:
+        blk.files(params, out)
     config = {
         "format": CONFIG_FORMAT,
         "block": block_name,

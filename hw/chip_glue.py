@@ -1,0 +1,248 @@
+"""Stream adapters between the vector register file / parameter buffers and the engines' inputs.
+
+* ``ElemFeeder``: reads elements of up to four VRF slots (one ``msh_sram`` read per element) together
+  with the matching entries of the two parameter buffers (PRF a: int16 or a channel's conv taps,
+  PRF b: int16), and emits one ``feed_layout`` transfer per element (``interleave = 0``: slot after
+  slot, e.g. the mixer's candidates) or per element index with every slot's value side by side
+  (``interleave = 1``: elementwise ops, the MoE combine). Full rate under no back-pressure.
+* ``WordFeeder``: whole VRF words (``LANES`` elements) of one slot, ``nw`` words from ``w0`` (MLA
+  engine input, and both passes of ``hw.mac_input.MacInput``).
+* ``Combine``: ``nano_k3.fixed.moe_combine`` for one element per transfer.
+Both feeders read 1 cycle after issuing and keep a 2-entry output queue with credit accounting (a
+read is issued only if its data has a free entry), so they never lose data under back-pressure.
+"""
+from __future__ import annotations
+
+from amaranth.hdl import Array, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import stream, wiring
+from amaranth.lib.data import ArrayLayout, StructLayout
+from amaranth.lib.wiring import In, Out
+
+from hw.program import LANES, MAX_SRCS, PaMode, PbMode
+from nano_k3.fxp_ops import RW, X
+
+PARAM_BITS = 16
+
+
+def _log2(v: int) -> int:
+    return v.bit_length() - 1
+
+
+def feed_layout(max_n: int) -> StructLayout:
+    return StructLayout({
+        "data": ArrayLayout(signed(X.bits), MAX_SRCS),
+        "pa": unsigned(4 * PARAM_BITS),          # PRF a: one int16, or conv_k (<= 4) int16 taps
+        "pb": unsigned(PARAM_BITS),
+        "idx": unsigned(max(1, (max_n - 1).bit_length())),
+        "cand": unsigned(2),
+        "elast": unsigned(1),                    # last element of this slot (mixer candidate)
+        "final": unsigned(1),                    # last transfer of the feed
+    })
+
+
+class _Queue2:
+    """Two-entry output queue fed by reads that land one cycle after issue (credit accounting)."""
+
+    def __init__(self, m: Module, o, layout, push, push_data, inflight):
+        self.q = [Signal(layout, name=f"q{k}") for k in range(2)]
+        occ = self.occ = Signal(range(3))
+        pop = Signal()
+        self.room = Signal()
+        m.d.comb += [pop.eq(o.valid & o.ready), o.valid.eq(occ != 0), o.payload.eq(self.q[0]),
+                     self.room.eq(occ + inflight - pop < 2)]
+        after = Signal(range(3))
+        m.d.comb += after.eq(occ - pop)
+        with m.If(pop):
+            m.d.sync += self.q[0].eq(self.q[1])
+        with m.If(push):
+            with m.If(after == 0):
+                m.d.sync += self.q[0].eq(push_data)
+            with m.Else():
+                m.d.sync += self.q[1].eq(push_data)
+        m.d.sync += occ.eq(after + push)
+
+
+class ElemFeeder(wiring.Component):
+    """Element stream of VRF slots plus parameter-buffer entries (see the module docstring)."""
+
+    def __init__(self, *, slot_bits: int, slot_words: int, vrf_abits: int, prf_width: int, prf_abits: int,
+                 max_n: int, dh: int, conv_k: int):
+        if conv_k > 4 or dh & (dh - 1):
+            self._MustUse__silence = True
+            raise ValueError(f"ElemFeeder: conv_k must be <= 4 and dh a power of two, got {conv_k}, {dh}")
+        self.slot_words, self.prf_width, self.max_n, self.dh, self.conv_k = slot_words, prf_width, max_n, dh, conv_k
+        super().__init__({
+            "start": In(1),
+            "srcs": In(ArrayLayout(unsigned(slot_bits), MAX_SRCS)),
+            "ns": In(range(MAX_SRCS + 1)),
+            "n": In(range(max_n + 1)),
+            "interleave": In(1),
+            "pa_mode": In(2),
+            "pb_mode": In(1),
+            "busy": Out(1),
+            "vrf_re": Out(1), "vrf_raddr": Out(vrf_abits), "vrf_rdata": In(LANES * X.bits),
+            "pa_re": Out(1), "pa_raddr": Out(prf_abits), "pa_rdata": In(prf_width),
+            "pb_re": Out(1), "pb_raddr": Out(prf_abits), "pb_rdata": In(prf_width),
+            "o": Out(stream.Signature(feed_layout(max_n))),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        lay = feed_layout(self.max_n)
+        PB = self.prf_width // 8
+        active = Signal()
+        i = Signal(range(self.max_n + 1))
+        s = Signal(range(MAX_SRCS + 1))
+        t_valid, t_push = Signal(), Signal()
+        t_lane = Signal(range(LANES))
+        t_s = Signal(2)
+        t_i = Signal.like(i)
+        t_pa, t_pb = Signal(range(PB)), Signal(range(PB))
+        t_elast, t_final = Signal(), Signal()
+        acc = Array(Signal(signed(X.bits), name=f"acc{k}") for k in range(MAX_SRCS))
+
+        pushes = Signal()
+        m.d.comb += pushes.eq(~self.interleave | (s == self.ns - 1))
+        lane_val = Signal(signed(X.bits))
+        m.d.comb += lane_val.eq(self.vrf_rdata.word_select(t_lane, X.bits).as_signed())
+        pdata = Signal(lay)
+        for k in range(MAX_SRCS):
+            # sequential feeds (mixer candidates) carry the value in data[0]
+            hit = (t_s == k) | ~self.interleave if k == 0 else (t_s == k)
+            m.d.comb += pdata.data[k].eq(Mux(hit, lane_val, acc[k]))
+        m.d.comb += [pdata.pa.eq((self.pa_rdata >> (t_pa * 8))[:4 * PARAM_BITS]),
+                     pdata.pb.eq((self.pb_rdata >> (t_pb * 8))[:PARAM_BITS]),
+                     pdata.idx.eq(t_i), pdata.cand.eq(t_s), pdata.elast.eq(t_elast), pdata.final.eq(t_final)]
+        q = _Queue2(m, self.o, lay, t_valid & t_push, pdata, t_valid & t_push)
+        with m.If(t_valid):
+            m.d.sync += acc[t_s].eq(lane_val)
+
+        issue = Signal()
+        m.d.comb += issue.eq(active & (~pushes | q.room))
+        last_i = Signal()
+        last_s = Signal()
+        m.d.comb += [last_i.eq(i == self.n - 1), last_s.eq(s == self.ns - 1)]
+        slot = Signal.like(self.srcs[0])
+        m.d.comb += slot.eq(self.srcs[s[:2]])
+        pa_byte = Signal(range(self.max_n * 2 * max(4, self.conv_k) + 1))
+        pb_byte = Signal(range(self.max_n * 2 + 1))
+        lgdh = _log2(self.dh)
+        with m.Switch(self.pa_mode):
+            with m.Case(PaMode.HEADMOD):
+                m.d.comb += pa_byte.eq((i & (self.dh - 1)) << 1)
+            with m.Case(PaMode.TAPS):
+                m.d.comb += pa_byte.eq(i * (2 * self.conv_k))
+            with m.Default():
+                m.d.comb += pa_byte.eq(i << 1)
+        m.d.comb += pb_byte.eq(Mux(self.pb_mode == PbMode.HEAD, (i >> lgdh) << 1, i << 1))
+        m.d.comb += [
+            self.vrf_re.eq(issue), self.vrf_raddr.eq(slot * self.slot_words + (i >> _log2(LANES))),
+            self.pa_re.eq(issue), self.pa_raddr.eq(pa_byte >> _log2(PB)),
+            self.pb_re.eq(issue), self.pb_raddr.eq(pb_byte >> _log2(PB)),
+        ]
+        final = Signal()
+        m.d.comb += final.eq(last_i & last_s)
+        m.d.sync += [t_valid.eq(issue)]
+        with m.If(issue):
+            m.d.sync += [t_push.eq(pushes), t_lane.eq(i[:_log2(LANES)]), t_s.eq(s[:2]), t_i.eq(i),
+                         t_pa.eq(pa_byte[:_log2(PB)]), t_pb.eq(pb_byte[:_log2(PB)]),
+                         t_elast.eq(last_i), t_final.eq(final)]
+            with m.If(self.interleave):
+                with m.If(last_s):
+                    m.d.sync += [s.eq(0), i.eq(i + 1)]
+                with m.Else():
+                    m.d.sync += s.eq(s + 1)
+            with m.Else():
+                with m.If(last_i):
+                    m.d.sync += [i.eq(0), s.eq(s + 1)]
+                with m.Else():
+                    m.d.sync += i.eq(i + 1)
+            with m.If(final):
+                m.d.sync += active.eq(0)
+        with m.If(self.start):
+            m.d.sync += [active.eq((self.n != 0) & (self.ns != 0)), i.eq(0), s.eq(0)]
+        m.d.comb += self.busy.eq(active | t_valid | (q.occ != 0))
+        return m
+
+
+def word_out_layout() -> StructLayout:
+    return StructLayout({"data": ArrayLayout(signed(X.bits), LANES), "last": unsigned(1)})
+
+
+class WordFeeder(wiring.Component):
+    """Words w0 .. w0 + nw − 1 of one VRF slot as a stream (see the module docstring)."""
+
+    def __init__(self, *, slot_bits: int, slot_words: int, vrf_abits: int):
+        self.slot_words = slot_words
+        super().__init__({
+            "start": In(1),
+            "slot": In(slot_bits),
+            "w0": In(range(slot_words + 1)),
+            "nw": In(range(slot_words + 1)),
+            "busy": Out(1),
+            "vrf_re": Out(1), "vrf_raddr": Out(vrf_abits), "vrf_rdata": In(LANES * X.bits),
+            "o": Out(stream.Signature(word_out_layout())),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        lay = word_out_layout()
+        active = Signal()
+        w = Signal(range(self.slot_words + 1))
+        t_valid, t_last = Signal(), Signal()
+        pdata = Signal(lay)
+        m.d.comb += [pdata.data.as_value().eq(self.vrf_rdata), pdata.last.eq(t_last)]
+        q = _Queue2(m, self.o, lay, t_valid, pdata, t_valid)
+        issue = Signal()
+        last = Signal()
+        m.d.comb += [issue.eq(active & q.room), last.eq(w == self.w0 + self.nw - 1),
+                     self.vrf_re.eq(issue), self.vrf_raddr.eq(self.slot * self.slot_words + w)]
+        m.d.sync += t_valid.eq(issue)
+        with m.If(issue):
+            m.d.sync += [t_last.eq(last), w.eq(w + 1)]
+            with m.If(last):
+                m.d.sync += active.eq(0)
+        with m.If(self.start):
+            m.d.sync += [active.eq(self.nw != 0), w.eq(self.w0)]
+        m.d.comb += self.busy.eq(active | t_valid | (q.occ != 0))
+        return m
+
+
+class Combine(wiring.Component):
+    """moe_combine per element: data[0] = shared (X), data[1..k] = expert outputs (X), weights RW."""
+
+    LATENCY = 3
+
+    def __init__(self, *, max_n: int, top_k: int):
+        if not 1 <= top_k < MAX_SRCS:
+            self._MustUse__silence = True
+            raise ValueError(f"Combine: top_k must be in 1..{MAX_SRCS - 1}, got {top_k}")
+        self.top_k = top_k
+        super().__init__({
+            "i": In(stream.Signature(feed_layout(max_n))),
+            "weights": In(ArrayLayout(unsigned(RW.bits), top_k)),
+            "o": Out(stream.Signature(signed(X.bits))),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        k = self.top_k
+        en = Signal()
+        v = [Signal(name=f"cv{j}") for j in range(3)]
+        m.d.comb += [en.eq(~self.o.valid | self.o.ready), self.i.ready.eq(en)]
+        pw = X.bits + RW.bits + 1
+        prods = [Signal(signed(pw), name=f"cprod{j}") for j in range(k)]
+        sh = Signal(signed(pw))
+        tot = Signal(signed(pw + 2))
+        with m.If(en):
+            m.d.sync += [v[0].eq(self.i.valid), v[1].eq(v[0]), self.o.valid.eq(v[1])]
+            m.d.sync += sh.eq(self.i.payload.data[0] << RW.frac)
+            for j in range(k):
+                m.d.sync += prods[j].eq(self.i.payload.data[j + 1] * self.weights[j].as_unsigned())
+            total = sh
+            for p in prods:
+                total = total + p
+            m.d.sync += tot.eq(total)
+            r = (tot + (1 << (RW.frac - 1))) >> RW.frac
+            m.d.sync += self.o.payload.eq(Mux(r > X.hi, X.hi, Mux(r < X.lo, X.lo, r)))
+        return m

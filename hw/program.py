@@ -1,0 +1,482 @@
+"""The chip's micro-program: ``FixedModel.step`` as a list of vector operations, plus its ROM encoding.
+
+Pure Python (no Amaranth): ``build_program(cfg)`` turns a ``ModelConfig`` into the list of ``Op`` that
+the sequencer (hw/sequencer.py) runs once per position, in exactly the order of ``FixedModel.step``.
+Operands are vector-register-file (VRF) slots; ``allocate`` maps the symbolic values onto as few
+physical slots as their live ranges allow. ``encode`` packs every op into one ROM word (field
+widths in ``fields(cfg)``; the sequencer decodes with the same table) and ``write_hex`` writes the
+``$readmemh`` file. ``emulate`` runs a program with the fixed-point model's functions (the same
+calls ``FixedModel`` makes), so a program bug shows up in Python before any RTL runs.
+
+Ops (engine in brackets; every op runs its feed and its collect concurrently, then the next op starts):
+  EMB   dst                       embedding row of the position's token          [embedding unit]
+  MV    rec src -> dst            mac_input(src) then the INT4 matvec of record rec (+9·expert)  [MAC array]
+        head=1: LOGIT format, results to the logits writer (memory), argmax tracked
+  PLD   rec -> PRF a|b            copy a small int16 tensor from the weight store to a parameter buffer
+  RMS   src -> dst                RMSNorm with w = PRF a                          [norm unit]
+  MIX   srcs -> dst               residual mix, w = PRF a, proj = PRF b           [residual mixer]
+  EW    src0, src1 -> dst         ADD or SWIGLU                                   [elementwise unit]
+  KDA   src (segment sel)         KDA engine input; last=1 collects the output into dst
+  ROUTE src                       router with bias = PRF a; experts/weights into registers  [router]
+  COMB  shared, outs -> dst       MoE combine with the router weights             [combine unit]
+  MLA   src words w0..w0+nw       MLA engine input beats; last=1 collects ctx into dst  [MLA engine]
+  END                             argmax word, next position (or finish)
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from nano_k3.config import ModelConfig
+from nano_k3.fixed import mix_plan
+from nano_k3.tensors import record_names
+
+LANES = 16                    # X elements per VRF word (= MLA engine lanes = MAC out_lanes)
+
+
+class Opc(enum.IntEnum):
+    END = 0
+    EMB = 1
+    MV = 2
+    PLD = 3
+    RMS = 4
+    MIX = 5
+    EW = 6
+    KDA = 7
+    ROUTE = 8
+    COMB = 9
+    MLA = 10
+
+
+class KdaSel(enum.IntEnum):      # = hw.kda_engine.Sel
+    Q = 0
+    K = 1
+    V = 2
+    B = 3
+    F = 4
+    Z = 5
+
+
+class EwKind(enum.IntEnum):      # = hw.vector_unit.EwOp
+    ADD = 1
+    SWIGLU = 3
+
+
+class PaMode(enum.IntEnum):      # index of the PRF a element for element i
+    LIN = 0          # i (int16)
+    HEADMOD = 1      # i mod dh (int16): KDA onorm.w shared by the heads
+    TAPS = 2         # conv_k int16 taps of channel i
+
+
+class PbMode(enum.IntEnum):      # index of the PRF b element for element i
+    LIN = 0          # i
+    HEAD = 1         # i // dh: KDA A of the head
+
+
+@dataclass(frozen=True)
+class Op:
+    opc: Opc
+    srcs: tuple = ()          # value names (slots after ``allocate``)
+    dst: object = None
+    n: int = 0                # elements fed (per source)
+    rec: int = 0              # descriptor record (.q for MV, the tensor for PLD)
+    fan_in: int = 0
+    fan_out: int = 0
+    expert: int = 0           # MV: 0 = rec as is, j + 1 = rec + 9 * (router choice j)
+    head: int = 0             # MV: LM head (LOGIT, to memory)
+    prf: int = 0              # PLD: 0 = a, 1 = b
+    nbeats: int = 0           # PLD: beats to copy
+    sel: int = 0              # KDA: segment
+    layer: int = 0            # KDA: layer region of the engine's SRAMs
+    last: int = 0             # KDA / MLA: final segment (collect the output)
+    n_out: int = 0            # KDA / MLA: output elements to collect
+    ewop: int = 0
+    pa: int = 0
+    pb: int = 0
+    w0: int = 0               # MLA: first word
+    nw: int = 0               # MLA: words
+    name: str = ""            # tensor (MV / PLD / EMB) for the emulator and listings
+
+    def listing(self) -> str:
+        s = f"{self.opc.name:5s} {','.join(map(str, self.srcs)):22s} -> {self.dst!s:8s}"
+        return s + (f" {self.name}" if self.name else "") + (f" n={self.n}" if self.n else "")
+
+
+def _log2(v: int) -> int:
+    return v.bit_length() - 1
+
+
+def _check(cfg: ModelConfig) -> None:
+    """What this generator (and the sequencer) supports, said once with the bad value."""
+    if cfg.d_model % (2 * LANES) or cfg.d_model > 64:
+        raise ValueError(f"d_model must be a multiple of {2 * LANES} and <= 64 (one embedding scale group "
+                         f"at both group sizes), got {cfg.d_model}")
+    if cfg.n_mla_layers > 1:
+        raise ValueError(f"the MLA engine keeps one layer's cache; got {cfg.n_mla_layers} MLA layers")
+    for h, d in ((cfg.mla_heads, cfg.mla_dk), (cfg.mla_heads, cfg.mla_dr), (cfg.mla_heads, cfg.mla_dv)):
+        if h > 1 and d % LANES:
+            raise ValueError(f"MLA per-head widths must be multiples of {LANES} with several heads, got {d}")
+    if cfg.n_shared != 1:
+        raise ValueError(f"the combine unit expects one shared expert, got n_shared={cfg.n_shared}")
+
+
+def build_program(cfg: ModelConfig) -> list[Op]:
+    """One position of FixedModel.step as ops over symbolic values (see the module docstring)."""
+    _check(cfg)
+    recs = {n: k for k, n in enumerate(record_names(cfg))}
+    ops: list[Op] = []
+    tmp = iter(range(1 << 30))
+
+    def new(tag):
+        return f"{tag}#{next(tmp)}"
+
+    def pld(name, prf):
+        nbytes = _param_bytes(cfg, name)
+        ops.append(Op(Opc.PLD, rec=recs[name], prf=prf, nbeats=-(-nbytes // 16), name=name))
+
+    def mv(name, src, fan_in, fan_out, expert=0, head=0, rec_name=None):
+        dst = None if head else new(name.split(".")[-1])
+        ops.append(Op(Opc.MV, (src,), dst, n=fan_in, rec=recs[(rec_name or name) + ".q"], fan_in=fan_in,
+                      fan_out=fan_out, expert=expert, head=head, name=name))
+        return dst
+
+    def rms(src, wname, n):
+        pld(wname, 0)
+        dst = new("rn")
+        ops.append(Op(Opc.RMS, (src,), dst, n=n, name=wname))
+        return dst
+
+    def mix(cands, name):
+        pld(name + ".norm.w", 0)
+        pld(name + ".proj", 1)
+        dst = new("mix")
+        ops.append(Op(Opc.MIX, tuple(cands), dst, n=d, name=name))
+        return dst
+
+    def ew(kind, a, b, n):
+        dst = new(kind.name.lower())
+        ops.append(Op(Opc.EW, (a, b), dst, n=n, ewop=int(kind)))
+        return dst
+
+    d = cfg.d_model
+    x = new("emb")
+    ops.append(Op(Opc.EMB, (), x, n=d, rec=recs["emb.q"], name="emb"))
+    B: list = []
+    kda_layer = 0
+    for i, (boundary, pre_mix) in enumerate(mix_plan(cfg)):
+        L = f"L{i}."
+        p = x
+        if boundary:
+            B.append(x)
+        if pre_mix:
+            x = mix((B[:-1] if boundary else B) + [x], L + "res_attn")
+        h = rms(x, L + "norm1.w", d)
+        if cfg.layer_kinds[i] == "kda":
+            a = _kda(cfg, ops, mv, pld, new, h, L + "kda", kda_layer)
+            kda_layer += 1
+        else:
+            a = _mla(cfg, ops, mv, rms, new, h, L + "mla")
+        p = a if boundary else ew(EwKind.ADD, p, a, d)
+        x = mix(B + [p], L + "res_mlp")
+        h2 = rms(x, L + "norm2.w", d)
+        rl = mv(L + "moe.router", h2, d, cfg.n_experts)
+        pld(L + "moe.bias", 0)
+        ops.append(Op(Opc.ROUTE, (rl,), None, n=cfg.n_experts, name=L + "moe.router"))
+        outs = []
+        for j, e in enumerate(["shared"] + [None] * cfg.top_k):
+            ename = L + ("moe.shared" if e else "moe.e0")
+            label = L + (f"moe.shared" if e else f"moe.top{j - 1}")
+            g = mv(label + ".g", h2, d, cfg.d_ff, expert=0 if e else j, rec_name=ename + ".g")
+            u = mv(label + ".u", h2, d, cfg.d_ff, expert=0 if e else j, rec_name=ename + ".u")
+            hid = ew(EwKind.SWIGLU, g, u, cfg.d_ff)
+            outs.append(mv(label + ".d", hid, cfg.d_ff, d, expert=0 if e else j, rec_name=ename + ".d"))
+        moe = new("moe")
+        ops.append(Op(Opc.COMB, tuple(outs), moe, n=d))
+        x = ew(EwKind.ADD, p, moe, d)
+    x = mix(B + [x], "res_out")
+    hn = rms(x, "final_norm.w", d)
+    mv("head", hn, d, cfg.vocab, head=1)
+    ops.append(Op(Opc.END))
+    return ops
+
+
+def _param_bytes(cfg: ModelConfig, name: str) -> int:
+    from nano_k3.tensors import ParamSpec, tensor_specs
+    for s in tensor_specs(cfg):
+        if isinstance(s, ParamSpec) and s.name == name:
+            return 2 * s.size
+    raise KeyError(name)
+
+
+def _kda(cfg, ops, mv, pld, new, h, n, layer):
+    d, P, dh = cfg.d_model, cfg.kda_width, cfg.kda_dh
+    pre = {s: mv(f"{n}.{s}", h, d, P) for s in "qkv"}
+    bl = mv(n + ".b", h, d, cfg.kda_heads)
+    f = mv(n + ".f2", mv(n + ".f1", h, d, dh), dh, P)
+    z = mv(n + ".g2", mv(n + ".g1", h, d, dh), dh, P)
+    out = new("gated")
+    for s, sel in (("q", KdaSel.Q), ("k", KdaSel.K), ("v", KdaSel.V)):
+        pld(f"{n}.{s}conv", 0)
+        ops.append(Op(Opc.KDA, (pre[s],), None, n=P, sel=int(sel), layer=layer, pa=int(PaMode.TAPS)))
+    ops.append(Op(Opc.KDA, (bl,), None, n=cfg.kda_heads, sel=int(KdaSel.B), layer=layer))
+    pld(n + ".dtb", 0)
+    pld(n + ".A", 1)
+    ops.append(Op(Opc.KDA, (f,), None, n=P, sel=int(KdaSel.F), layer=layer, pb=int(PbMode.HEAD)))
+    pld(n + ".onorm.w", 0)
+    ops.append(Op(Opc.KDA, (z,), out, n=P, sel=int(KdaSel.Z), layer=layer, pa=int(PaMode.HEADMOD), last=1,
+                  n_out=P))
+    return mv(n + ".o", out, P, d)
+
+
+def _mla(cfg, ops, mv, rms, new, h, n):
+    d, H, dc = cfg.d_model, cfg.mla_heads, cfg.mla_dc
+    dk, dr, dv = cfg.mla_dk, cfg.mla_dr, cfg.mla_dv
+    lat = rms(mv(n + ".wc", h, d, dc), n + ".knorm.w", dc)
+    qc = mv(n + ".wq_c", h, d, H * dk)
+    qr = mv(n + ".wq_r", h, d, H * dr)
+    kc = mv(n + ".wk_c", lat, dc, H * dk)
+    kr = mv(n + ".wk_r", h, d, dr)
+    v = mv(n + ".wv", lat, dc, H * dv)
+    w = lambda e: -(-e // LANES)    # noqa: E731  words of a segment
+    segs = []
+    for hh in range(H):
+        segs += [(qc, hh * dk // LANES, w(dk)), (qr, hh * dr // LANES, w(dr))]
+    segs += [(kc, hh * dk // LANES, w(dk)) for hh in range(H)]
+    segs += [(kr, 0, w(dr))]
+    segs += [(v, hh * dv // LANES, w(dv)) for hh in range(H)]
+    ctx = new("ctx")
+    for k, (src, w0, nw) in enumerate(segs):
+        last = k == len(segs) - 1
+        ops.append(Op(Opc.MLA, (src,), ctx if last else None, w0=w0, nw=nw, last=int(last),
+                      n_out=H * w(dv) * LANES if last else 0))
+    return mv(n + ".o", ctx, H * dv, d)
+
+
+# --- slot allocation -----------------------------------------------------------------------------
+def allocate(ops: list[Op]) -> tuple[list[Op], int]:
+    """Map symbolic values to physical VRF slots (greedy over live ranges); returns (ops, n_slots).
+
+    A destination never shares a slot with a value that dies in the same op (sources are read
+    while results are written)."""
+    last_use: dict = {}
+    for k, op in enumerate(ops):
+        for s in op.srcs:
+            last_use[s] = k
+    free: list[int] = []
+    where: dict = {}
+    n_slots = 0
+    out = []
+    for k, op in enumerate(ops):
+        dst = op.dst
+        if dst is not None and dst not in where:
+            if free:
+                where[dst] = free.pop(0)
+            else:
+                where[dst] = n_slots
+                n_slots += 1
+        out.append(dataclasses.replace(op, srcs=tuple(where[s] for s in op.srcs),
+                                       dst=where[dst] if dst is not None else 0))
+        for s in set(op.srcs):
+            if last_use[s] == k and s != dst:
+                free.append(where[s])
+        if dst is not None and dst not in last_use:
+            raise ValueError(f"op {k} ({op.listing()}) writes a value nobody reads")
+        free.sort()
+    return out, n_slots
+
+
+# --- ROM encoding ----------------------------------------------------------------------------------
+MAX_SRCS = 4
+
+
+def fields(cfg: ModelConfig, n_slots: int) -> dict[str, int]:
+    """Field widths of one ROM word, in bit order (the sequencer builds its StructLayout from this)."""
+    sb = max(1, (n_slots - 1).bit_length())
+    nrec = len(record_names(cfg))
+    big = max(cfg.vocab, cfg.mla_dc, cfg.kda_width, cfg.d_model, 2 * cfg.mla_heads * cfg.mla_dv)
+    return {"opc": 4, **{f"s{k}": sb for k in range(MAX_SRCS)}, "ns": 3, "dst": sb,
+            "n": big.bit_length(), "rec": max(1, (nrec - 1).bit_length()), "fan_in": big.bit_length(),
+            "fan_out_log2": 4, "expert": 3, "head": 1, "prf": 1, "nbeats": 8, "sel": 3, "layer": 2, "last": 1,
+            "n_out": big.bit_length(), "ewop": 2, "pa": 2, "pb": 1, "w0": 4, "nw": 4}
+
+
+def word_bits(cfg: ModelConfig, n_slots: int) -> int:
+    return -(-sum(fields(cfg, n_slots).values()) // 8) * 8
+
+
+def encode(op: Op, cfg: ModelConfig, n_slots: int) -> int:
+    vals = {"opc": int(op.opc), "ns": len(op.srcs), "dst": op.dst or 0, "n": op.n, "rec": op.rec,
+            "fan_in": op.fan_in, "fan_out_log2": _log2(op.fan_out) if op.fan_out else 0, "expert": op.expert,
+            "head": op.head, "prf": op.prf, "nbeats": op.nbeats, "sel": op.sel, "layer": op.layer,
+            "last": op.last, "n_out": op.n_out, "ewop": op.ewop, "pa": op.pa, "pb": op.pb, "w0": op.w0,
+            "nw": op.nw}
+    if len(op.srcs) > MAX_SRCS:
+        raise ValueError(f"op {op.listing()} has {len(op.srcs)} sources; at most {MAX_SRCS}")
+    for k in range(MAX_SRCS):
+        vals[f"s{k}"] = op.srcs[k] if k < len(op.srcs) else 0
+    if op.fan_out and op.fan_out & (op.fan_out - 1):
+        raise ValueError(f"fan_out must be a power of two, got {op.fan_out} in {op.listing()}")
+    word, off = 0, 0
+    for name, w in fields(cfg, n_slots).items():
+        v = vals[name]
+        if not 0 <= v < 1 << w:
+            raise ValueError(f"field {name}={v} does not fit {w} bits in {op.listing()}")
+        word |= v << off
+        off += w
+    return word
+
+
+@dataclass(frozen=True)
+class Program:
+    cfg: ModelConfig
+    ops: tuple
+    n_slots: int
+
+    @property
+    def word_bits(self) -> int:
+        return word_bits(self.cfg, self.n_slots)
+
+    @property
+    def depth(self) -> int:
+        return max(2, 1 << (len(self.ops) - 1).bit_length())
+
+    def words(self) -> list[int]:
+        return [encode(op, self.cfg, self.n_slots) for op in self.ops]
+
+    def write_hex(self, path: Path | str) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        digits = self.word_bits // 4
+        words = self.words() + [0] * (self.depth - len(self.ops))
+        path.write_text("".join(f"{w:0{digits}x}\n" for w in words))
+        return path
+
+    def listing(self) -> str:
+        return "\n".join(f"{k:3d} {op.listing()}" for k, op in enumerate(self.ops))
+
+
+def program_for(cfg: ModelConfig) -> Program:
+    ops, n = allocate(build_program(cfg))
+    return Program(cfg, tuple(ops), n)
+
+
+ROM_NAME = "chip_program"
+
+
+# --- emulator ----------------------------------------------------------------------------------------
+def emulate(prog: Program, weights, tokens, trace: list | None = None) -> np.ndarray:
+    """Run ``prog`` with the fixed-point model's functions; returns int32 logits (T, vocab).
+
+    ``trace`` (a list) receives, per position, {op index: the vector the op wrote to its VRF slot}."""
+    from nano_k3 import fixed as F
+    from nano_k3.fxp_math import l2norm, rmsnorm
+    from nano_k3.fxp_ops import ACC_FRAC, X, embed_row, mac_input, matvec
+    from nano_k3.int4 import dequant_matvec
+    from nano_k3.config import L2_EPS
+
+    cfg = prog.cfg
+    fm = F.FixedModel(weights)
+    names = record_names(cfg)
+    rows = []
+    for pos, tok in enumerate(tokens):
+        vrf: dict = {}
+        prf = [None, None]
+        choice, rw = None, None
+        kseg: dict = {}
+        mseg: list = []
+        written: dict = {}
+        for k, op in enumerate(prog.ops):
+            if op.opc == Opc.EMB:
+                q, s, z, g = fm.mats["emb"]
+                vrf[op.dst] = embed_row(q[tok], s[tok], z[tok], g)
+            elif op.opc == Opc.MV:
+                rec = op.rec + (9 * int(choice[op.expert - 1]) if op.expert else 0)
+                q, s, z, g = fm.mats[names[rec][:-2]]
+                v = vrf[op.srcs[0]][:op.fan_in]
+                if op.head:
+                    m, mf = mac_input(v, X.frac)
+                    rows.append(F.logits_out(dequant_matvec(m, q, s, z, g), mf + ACC_FRAC).astype(np.int32))
+                else:
+                    vrf[op.dst] = matvec(*mac_input(v, X.frac), q, s, z, g)
+            elif op.opc == Opc.PLD:
+                prf[op.prf] = fm.p[names[op.rec]].reshape(-1)
+            elif op.opc == Opc.RMS:
+                vrf[op.dst] = rmsnorm(vrf[op.srcs[0]][:op.n], X.frac, prf[0][:op.n])
+            elif op.opc == Opc.MIX:
+                vrf[op.dst], _ = F.residual_mix(np.stack([vrf[s][:op.n] for s in op.srcs]), prf[0], prf[1])
+            elif op.opc == Opc.EW:
+                a, b = (vrf[s][:op.n] for s in op.srcs)
+                vrf[op.dst] = X.fit(a + b, X.frac) if op.ewop == EwKind.ADD else F.expert_hidden(a, b)
+            elif op.opc == Opc.ROUTE:
+                scores = F.router_scores(vrf[op.srcs[0]][:op.n])
+                choice = F.router_select(scores, prf[0], cfg.top_k)
+                rw = F.router_weights(scores[choice])
+            elif op.opc == Opc.COMB:
+                vrf[op.dst] = F.moe_combine(vrf[op.srcs[0]], np.stack([vrf[s] for s in op.srcs[1:]]), rw)
+            elif op.opc == Opc.KDA:
+                kseg[op.sel] = (vrf[op.srcs[0]][:op.n].copy(), None if prf[0] is None else prf[0].copy(),
+                                None if prf[1] is None else prf[1].copy())
+                if op.last:
+                    vrf[op.dst] = _emulate_kda(cfg, fm, op.layer, kseg, pos)
+            elif op.opc == Opc.MLA:
+                v = vrf[op.srcs[0]]
+                v = np.concatenate([v, np.zeros(max(0, (op.w0 + op.nw) * LANES - v.size), np.int64)])
+                mseg.append(v[op.w0 * LANES:(op.w0 + op.nw) * LANES])
+                if op.last:
+                    vrf[op.dst] = _emulate_mla(cfg, fm, mseg, pos)
+            if op.opc not in (Opc.END, Opc.PLD, Opc.ROUTE) and op.head == 0 and (op.opc not in (Opc.KDA, Opc.MLA) or op.last):
+                written[k] = np.asarray(vrf[op.dst]).copy()
+            elif op.opc == Opc.ROUTE:
+                written[k] = (np.asarray(choice).copy(), np.asarray(rw).copy())
+            elif op.opc == Opc.END:
+                break
+        if trace is not None:
+            trace.append(written)
+    return np.stack(rows)
+
+
+def _emulate_kda(cfg, fm, layer, seg, pos):
+    from nano_k3 import fixed as F
+    from nano_k3.fxp_math import l2norm
+    from nano_k3.fxp_ops import X
+    from nano_k3.config import L2_EPS
+    H, dh, K, P = cfg.kda_heads, cfg.kda_dh, cfg.conv_k, cfg.kda_width
+    st = fm.__dict__.setdefault("_emu_kda", {})
+    if pos == 0 or layer not in st:
+        st[layer] = [np.zeros((3, K - 1, P), np.int64), np.zeros((H, dh, dh), np.int64)]
+    hist, S_ = st[layer]
+    pre = np.stack([seg[s][0] for s in (KdaSel.Q, KdaSel.K, KdaSel.V)])
+    taps = np.stack([seg[s][1][:P * K].reshape(P, K) for s in (KdaSel.Q, KdaSel.K, KdaSel.V)])
+    window = np.concatenate([hist, pre[:, None, :]], axis=1)
+    q, k, v = (F.kda_conv(window[j], taps[j]) for j in range(3))
+    st[layer][0] = window[:, 1:]
+    beta = F.kda_beta(seg[KdaSel.B][0])
+    f, dtb, A = seg[KdaSel.F]
+    alpha = F.kda_alpha(f.reshape(H, dh), A[:H], dtb[:P].reshape(H, dh))
+    z, w, _ = seg[KdaSel.Z]
+    qh, kh = l2norm(q.reshape(H, dh), X.frac, L2_EPS), l2norm(k.reshape(H, dh), X.frac, L2_EPS)
+    st[layer][1], read = F.kda_state_update(S_, qh, kh, v.reshape(H, dh), beta, alpha)
+    return F.gated_norm(read, z.reshape(H, dh), w[:dh]).reshape(-1)
+
+
+def _emulate_mla(cfg, fm, segs, pos):
+    from nano_k3 import fixed as F
+    H, dk, dr, dv = cfg.mla_heads, cfg.mla_dk, cfg.mla_dr, cfg.mla_dv
+    st = fm.__dict__.setdefault("_emu_mla", {})
+    if pos == 0:
+        st["k"], st["v"] = [], []
+    it = iter(segs)
+    q = []
+    for _ in range(H):
+        q.append(np.concatenate([next(it)[:dk], next(it)[:dr]]))
+    kc = [next(it)[:dk] for _ in range(H)]
+    kr = next(it)[:dr]
+    v = [next(it)[:dv] for _ in range(H)]
+    st["k"].append(np.stack([np.concatenate([kc[h], kr]) for h in range(H)]))
+    st["v"].append(np.stack(v))
+    ctx, _, _ = F.mla_attention(np.stack(q), np.stack(st["k"]), np.stack(st["v"]), F.mla_score_const(dk + dr))
+    return ctx.reshape(-1)

@@ -1,0 +1,677 @@
+"""The chip core: header check, load phase, the per-position micro-program, outputs, DONE.
+
+Block diagram (everything below ``ChipCore``; hw/chip_top.py only renames ports to SPEC §1):
+
+    cmd ─► control FSM ─► MemEngine ◄──► SPEC memory port (reads: header, descriptors, tensors, tokens;
+             │   │                         writes: logits beats, argmax words, status word)
+             │   └── desc_sram (store beat of every record), tok_sram (token ids)
+             ▼
+      microcode msh_rom (hw/program.py, one op per word) ─► op register ─► per-op sub-FSM
+             │
+      VRF msh_sram (slots of X vectors, 16 per word) ◄── collectors ◄── engine outputs
+             │        ▲
+             ├─► WordFeeder ─► MacInput (scan / convert) ─► MacArray.act   MacArray.o ─► VRF | logits writer
+             ├─► WordFeeder ─► MlaEngine                                     (argmax tracked per beat)
+             └─► ElemFeeder (+ PRF a/b msh_sram) ─► NormUnit | ResMixer | Elementwise | KdaEngine |
+                                                    MoeRouter (experts, weights → registers) | Combine
+      MacArray's weight store ◄── tensor block (load phase); its stream reader fills PRF a/b (PLD) and
+      serves the embedding row (EMB).
+
+The build serves exactly one model configuration (the micro-program is generated for it): the
+header's dimensions, layer bitmap, record count and logits stride must equal the build's; the group
+size (64/128), seq_len (1..max_seq) and every address are read at run time. A header that fails
+any check ends the run with status ``0xBAD000xx`` (xx = the first failing check, ``HDR_CHECKS``)
+written to the status address if that address is plausible, then DONE.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from amaranth.hdl import Array, Cat, Const, Instance, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import stream, wiring
+from amaranth.lib.data import ArrayLayout, StructLayout
+from amaranth.lib.wiring import In, Out
+
+from hw.chip_glue import Combine, ElemFeeder, WordFeeder
+from hw.kda_engine import KdaEngine, KdaParams
+from hw.lut_unit import Streamed
+from hw.mac_array import MacArray, mac_array_params_for
+from hw.mac_input import MacInput
+from hw.mem_engine import MemEngine, MemPortSignature
+from hw.mla_engine import MlaEngine
+from hw.mla_params import MlaParams
+from hw.moe_router import MoeRouter, MoeRouterParams
+from hw.norm_unit import NormOp, NormParams, NormUnit
+from hw.params import ChipParams
+from hw.program import LANES, ROM_NAME, Opc, Program, fields, program_for
+from hw.res_mixer import ResMixer, ResMixerParams
+from hw.vector_unit import Elementwise
+from hw.vrf import Sram
+from nano_k3.config import PRESETS as MODEL_PRESETS
+from nano_k3.config import ModelConfig
+from nano_k3.fixed import mla_score_const
+from nano_k3.fxp_ops import X
+from nano_k3.image import FORMAT_VERSION, MAGIC, STATUS_DONE, logits_stride
+from nano_k3.tensors import record_names
+
+RSP_DONE = 0x0000D0DE
+CMD_RUN = 0x00000001
+STATUS_BAD = 0xBAD00000
+ADDR_BITS = 36
+# Header checks in order; the status word of a rejected header is STATUS_BAD | (index + 1).
+HDR_CHECKS = ("magic", "version", "dims", "group", "seq_len", "positions", "align", "order", "tensor_size",
+              "descriptors")
+
+
+def _pow2(v: int) -> int:
+    return 1 << max(0, (v - 1).bit_length())
+
+
+def _log2(v: int) -> int:
+    return v.bit_length() - 1
+
+
+@dataclass(frozen=True)
+class ChipBuild:
+    """Everything one chip build is made of, derived from ChipParams (the model preset of the same name)."""
+
+    chip: ChipParams
+    cfg: ModelConfig
+    program: Program
+    rom_dir: str = "roms"
+
+    @property
+    def slot_words(self) -> int:
+        c = self.cfg
+        return -(-max(c.d_model, c.mla_dc, c.kda_width, c.mla_heads * (c.mla_dk + c.mla_dr),
+                      c.mla_heads * c.mla_dv) // LANES)
+
+    @property
+    def max_n(self) -> int:
+        return _pow2(self.slot_words * LANES)
+
+
+def chip_build(chip: ChipParams, rom_dir: str = "roms") -> ChipBuild:
+    if chip.name not in MODEL_PRESETS:
+        raise ValueError(f"no model preset named {chip.name!r} for the chip build; known: {sorted(MODEL_PRESETS)}")
+    cfg = MODEL_PRESETS[chip.name]
+    return ChipBuild(chip, cfg, program_for(cfg), rom_dir)
+
+
+class ChipCore(wiring.Component):
+    """The whole chip behind a cmd / rsp / memory-port signature (see the module docstring)."""
+
+    def __init__(self, build: ChipBuild):
+        if not isinstance(build, ChipBuild):
+            self._MustUse__silence = True
+            raise TypeError(f"ChipCore needs a ChipBuild, got {build!r}")
+        self.build = build
+        super().__init__({
+            "cmd": In(stream.Signature(32)),
+            "rsp": Out(stream.Signature(32)),
+            "mem": Out(MemPortSignature()),
+            "cycles_load": Out(32),            # profiling: cycles spent before the first position
+            "cycles_pos": Out(32),             # profiling: cycles of all positions
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        b = self.build
+        cfg, prog, chip = b.cfg, b.program, b.chip
+        SW, L = b.slot_words, LANES
+        max_n = b.max_n
+        nrec = len(record_names(cfg))
+
+        # ---- engines -----------------------------------------------------------------------------
+        mp = dataclasses.replace(mac_array_params_for(chip), act_lanes=L, out_lanes=L)
+        mem = m.submodules.mem = MemEngine(max_inflight=chip.mem_max_inflight, len_width=chip.mem_len_bits)
+        wiring.connect(m, mem.mem, wiring.flipped(self.mem))
+        mac = m.submodules.mac = MacArray(mp)
+        minp = m.submodules.mac_input = MacInput(mac.act.payload.shape(), lanes=L, max_n=max_n)
+        norm = m.submodules.norm = NormUnit(NormParams(max_len=max_n, rom_dir=b.rom_dir))
+        mixer = m.submodules.mixer = ResMixer(ResMixerParams(max_cands=4, max_d=_pow2(cfg.d_model), trace_e=False,
+                                                             rom_dir=b.rom_dir))
+        ew = m.submodules.ew = Streamed(Elementwise(rom_dir=b.rom_dir))
+        router = m.submodules.router = MoeRouter(MoeRouterParams(max_experts=max(2, cfg.n_experts),
+                                                                 max_top_k=cfg.top_k), rom_dir=b.rom_dir)
+        kp = KdaParams(heads=cfg.kda_heads, dh=cfg.kda_dh, conv_k=cfg.conv_k, max_layers=max(2, cfg.n_kda_layers))
+        kda = m.submodules.kda = KdaEngine(kp)
+        mla = m.submodules.mla = MlaEngine(MlaParams(max_heads=cfg.mla_heads, max_dk=cfg.mla_dk, max_dr=cfg.mla_dr,
+                                                     max_dv=cfg.mla_dv, max_seq=cfg.max_seq, lanes=L),
+                                           rom_dir=b.rom_dir)
+        comb = m.submodules.combine = Combine(max_n=max_n, top_k=cfg.top_k)
+        m.d.comb += [mla.heads.eq(cfg.mla_heads), mla.dk.eq(cfg.mla_dk), mla.dr.eq(cfg.mla_dr),
+                     mla.dv.eq(cfg.mla_dv), mla.score_const.eq(mla_score_const(cfg.mla_dk + cfg.mla_dr))]
+
+        # ---- storage -----------------------------------------------------------------------------
+        n_slots = max(2, prog.n_slots)
+        vrf = Sram(m, "vrf_sram", n_slots * SW, L * X.bits)
+        prf_w = 128 * mp.store.banks
+        prf_depth = max(2, _pow2(-(-max(2 * cfg.kda_width * cfg.conv_k, 2 * cfg.mla_dc, 2 * cfg.d_model) // (prf_w // 8))))
+        prf = [Sram(m, "prf_a_sram", prf_depth, prf_w), Sram(m, "prf_b_sram", prf_depth, prf_w)]
+        bb = mp.store.beat_bits
+        desc = Sram(m, "desc_sram", max(2, _pow2(nrec)), -(-bb // 8) * 8)
+        tok = Sram(m, "tok_sram", max(2, _pow2(-(-cfg.max_seq // 4))), 128)
+        ftab = fields(cfg, prog.n_slots)
+        op_layout = StructLayout({k: unsigned(v) for k, v in ftab.items()})
+        rom_w = prog.word_bits
+        pc = Signal(range(prog.depth))
+        rom_data = Signal(rom_w)
+        m.submodules.program_rom = Instance(
+            "msh_rom", p_DEPTH=prog.depth, p_WIDTH=rom_w, p_ADDRW=max(1, _log2(prog.depth)),
+            p_INIT_FILE=f"{b.rom_dir.rstrip('/')}/{ROM_NAME}.hex",
+            i_raddr1=pc, o_rdata1=rom_data, i_raddr2=Const(0, max(1, _log2(prog.depth))),
+            o_rdata2=Signal(rom_w, name="program_rom_unused"))
+        op = Signal(op_layout)
+
+        # ---- header registers and checks ------------------------------------------------------------
+        hdr = [Signal(32, name=f"hdr{k}") for k in range(32)]
+        w = hdr
+        expect = {2: cfg.n_layers, 3: cfg.d_model, 4: cfg.mla_heads, 5: cfg.mla_dk, 6: cfg.mla_dr, 7: cfg.mla_dv,
+                  8: cfg.mla_dc, 9: cfg.kda_heads, 10: cfg.kda_dh, 11: cfg.conv_k, 12: cfg.n_experts,
+                  13: cfg.top_k, 14: cfg.n_shared, 15: cfg.d_ff, 16: cfg.res_block, 17: cfg.vocab,
+                  18: cfg.max_seq, 21: cfg.layer_bitmap, 22: nrec, 30: logits_stride(cfg)}
+        mem_end = Signal(ADDR_BITS + 1)
+        m.d.comb += mem_end.eq(w[28] + w[29])
+        A = lambda v: v.as_unsigned()     # noqa: E731
+        checks = {
+            "magic": w[0] == MAGIC,
+            "version": w[1] == FORMAT_VERSION,
+            "dims": Cat(*[w[k] == v for k, v in expect.items()]).all(),
+            "group": (w[20] == 64) | (w[20] == 128),
+            "seq_len": (w[19] >= 1) & (w[19] <= cfg.max_seq),
+            "positions": w[31] == w[19],
+            "align": Cat(*[w[k][:4] == 0 for k in range(23, 29)]).all(),
+            "order": ((w[23] >= 256) & (A(w[23]) + 16 * A(w[22]) <= w[24]) & (A(w[24]) + 4 * A(w[19]) <= w[25])
+                      & (A(w[25]) + logits_stride(cfg) * A(w[19]) <= w[26]) & (A(w[26]) + 4 * A(w[19]) <= w[27])
+                      & (A(w[27]) + 16 <= w[28]) & (mem_end < (1 << ADDR_BITS))),
+            "tensor_size": A(w[24]) - A(w[23]) - 16 * A(w[22]) <= 16 * mp.store.beats,
+        }
+        fail_code = Signal(8)
+        for k, name in reversed(list(enumerate(HDR_CHECKS[:-1]))):
+            with m.If(~checks[name]):
+                m.d.comb += fail_code.eq(k + 1)
+        status_ok = Signal()
+        m.d.comb += status_ok.eq((w[27][:4] == 0) & (w[27] >= 256) & (A(w[27]) + 16 <= mem_end)
+                                 & (mem_end <= (1 << ADDR_BITS)))
+        seq_len = w[19]
+        group_log2 = Signal(4)
+        m.d.comb += group_log2.eq(Mux(w[20] == 64, 6, 7))
+
+        # ---- run state -----------------------------------------------------------------------------------
+        pos = Signal(range(cfg.max_seq + 1))
+        row_addr = Signal(ADDR_BITS)             # logits row of this position
+        status_word = Signal(32)
+        bad_desc = Signal()
+        tensor_base = Signal(ADDR_BITS)
+        cnt = Signal(16)                         # beat / word counter of the current phase
+        choice = Array(Signal(range(max(2, cfg.n_experts)), name=f"choice{j}") for j in range(cfg.top_k))
+        weights = Array(Signal(24, name=f"rweight{j}") for j in range(cfg.top_k))
+        dq = [Signal(bb, name=f"desc_q{k}") for k in range(3)]   # the op's .q/.s/.z store beats
+        token = Signal(16)
+        rcnt = Signal(range(cfg.top_k + 1))
+
+        # default memory-engine hookups
+        m.d.comb += mem.o.ready.eq(1)
+        rd = mem.rd_cmd
+        wr = mem.wr
+
+        # ---- feeders ---------------------------------------------------------------------------------
+        sb = max(1, (prog.n_slots - 1).bit_length())
+        ef = m.submodules.elem_feeder = ElemFeeder(slot_bits=sb, slot_words=SW, vrf_abits=vrf.abits,
+                                                   prf_width=prf_w, prf_abits=prf[0].abits, max_n=max_n,
+                                                   dh=cfg.kda_dh, conv_k=cfg.conv_k)
+        wf = m.submodules.word_feeder = WordFeeder(slot_bits=sb, slot_words=SW, vrf_abits=vrf.abits)
+        for k in range(4):
+            m.d.comb += ef.srcs[k].eq(getattr(op, f"s{k}"))
+        m.d.comb += [ef.ns.eq(op.ns), ef.n.eq(op.n), ef.pa_mode.eq(op.pa), ef.pb_mode.eq(op.pb),
+                     ef.vrf_rdata.eq(vrf.r_data), ef.pa_rdata.eq(prf[0].r_data), ef.pb_rdata.eq(prf[1].r_data),
+                     prf[0].r_en.eq(ef.pa_re), prf[0].r_addr.eq(ef.pa_raddr),
+                     prf[1].r_en.eq(ef.pb_re), prf[1].r_addr.eq(ef.pb_raddr),
+                     wf.vrf_rdata.eq(vrf.r_data), wf.slot.eq(op.s0)]
+        m.d.comb += [vrf.r_en.eq(ef.vrf_re | wf.vrf_re), vrf.r_addr.eq(Mux(ef.vrf_re, ef.vrf_raddr, wf.vrf_raddr))]
+        fo = ef.o
+        is_op = lambda c: op.opc == int(c)   # noqa: E731
+
+        # feed routing
+        m.d.comb += [
+            norm.i.payload.v.eq(fo.payload.data[0]), norm.i.payload.w.eq(fo.payload.pa[:16]),
+            norm.i.payload.op.eq(NormOp.RMS), norm.i.payload.last.eq(fo.payload.final),
+            mixer.i.payload.data.eq(fo.payload.data[0]), mixer.i.payload.last.eq(fo.payload.elast),
+            mixer.i.payload.final.eq(fo.payload.final),
+            mixer.w.payload.eq(fo.payload.pa[:16]), mixer.proj.payload.eq(fo.payload.pb),
+            ew.i.payload.op.eq(op.ewop), ew.i.payload.a.eq(fo.payload.data[0]), ew.i.payload.b.eq(fo.payload.data[1]),
+            router.i.payload.logit.eq(fo.payload.data[0]), router.i.payload.bias.eq(fo.payload.pa[:16]),
+            router.i.payload.top_k.eq(cfg.top_k), router.i.payload.last.eq(fo.payload.final),
+            comb.i.payload.eq(fo.payload),
+            kda.i.payload.sel.eq(op.sel), kda.i.payload.idx.eq(fo.payload.idx), kda.i.payload.data.eq(fo.payload.data[0]),
+            kda.i.payload.a.eq(fo.payload.pb), kda.i.payload.dtb.eq(fo.payload.pa[:16]),
+            kda.i.payload.w.eq(fo.payload.pa[:16]), kda.i.payload.layer.eq(op.layer),
+            kda.i.payload.restart.eq(pos == 0), kda.i.payload.last.eq(fo.payload.final & op.last),
+        ]
+        for j in range(cfg.conv_k):
+            m.d.comb += kda.i.payload.taps[j].eq(fo.payload.pa[16 * j:16 * j + 16])
+        for j in range(cfg.top_k):
+            m.d.comb += comb.weights[j].eq(weights[j])
+        first = fo.payload.cand == 0
+        with m.Switch(op.opc):
+            with m.Case(Opc.RMS):
+                m.d.comb += [norm.i.valid.eq(fo.valid), fo.ready.eq(norm.i.ready)]
+            with m.Case(Opc.MIX):
+                m.d.comb += [mixer.i.valid.eq(fo.valid), mixer.w.valid.eq(fo.valid & first),
+                             mixer.proj.valid.eq(fo.valid & first), fo.ready.eq(mixer.i.ready)]
+            with m.Case(Opc.EW):
+                m.d.comb += [ew.i.valid.eq(fo.valid), fo.ready.eq(ew.i.ready)]
+            with m.Case(Opc.ROUTE):
+                m.d.comb += [router.i.valid.eq(fo.valid), fo.ready.eq(router.i.ready)]
+            with m.Case(Opc.COMB):
+                m.d.comb += [comb.i.valid.eq(fo.valid), fo.ready.eq(comb.i.ready)]
+            with m.Case(Opc.KDA):
+                m.d.comb += [kda.i.valid.eq(fo.valid), fo.ready.eq(kda.i.ready)]
+
+        # word feed routing: MAC input (scan/convert) or the MLA engine
+        wo = wf.o
+        m.d.comb += [minp.i.payload.eq(wo.payload), minp.n.eq(op.n),
+                     mla.i.payload.data.eq(wo.payload.data), mla.i.payload.pos.eq(pos)]
+        m.d.comb += [mac.act.payload.eq(minp.o.payload), mac.act.valid.eq(minp.o.valid), minp.o.ready.eq(mac.act.ready)]
+        with m.If(is_op(Opc.MLA)):
+            m.d.comb += [mla.i.valid.eq(wo.valid), wo.ready.eq(mla.i.ready)]
+        with m.Else():
+            m.d.comb += [minp.i.valid.eq(wo.valid), wo.ready.eq(minp.i.ready)]
+
+        # ---- collectors: element writes, word writes ---------------------------------------------------
+        col_cnt = Signal(range(max_n * 8 + 1))
+        col_target = Signal.like(col_cnt)
+        col_done = Signal()
+        e_valid, e_data = Signal(), Signal(signed(X.bits))
+        with m.Switch(op.opc):
+            with m.Case(Opc.RMS):
+                m.d.comb += [e_valid.eq(norm.o.valid), e_data.eq(norm.o.payload.y), norm.o.ready.eq(1)]
+            with m.Case(Opc.MIX):
+                m.d.comb += [e_valid.eq(mixer.o.valid), e_data.eq(mixer.o.payload.data), mixer.o.ready.eq(1)]
+            with m.Case(Opc.EW):
+                m.d.comb += [e_valid.eq(ew.o.valid), e_data.eq(ew.o.payload.y), ew.o.ready.eq(1)]
+            with m.Case(Opc.COMB):
+                m.d.comb += [e_valid.eq(comb.o.valid), e_data.eq(comb.o.payload), comb.o.ready.eq(1)]
+            with m.Case(Opc.KDA):
+                m.d.comb += [e_valid.eq(kda.o.valid), e_data.eq(kda.o.payload.data), kda.o.ready.eq(1)]
+        dst_base = Signal(vrf.abits)
+        m.d.comb += dst_base.eq(op.dst * SW)
+        word_valid = Signal()
+        emb_we = Signal()
+        emb_word = Signal(L * X.bits)
+        with m.If(e_valid):
+            m.d.comb += [vrf.w_en.eq(1), vrf.w_addr.eq(dst_base + (col_cnt >> _log2(L))),
+                         vrf.w_data.eq(Cat(*[e_data] * L)),
+                         vrf.w_strb.eq(Const(0xF, L * 4) << (col_cnt[:_log2(L)] * 4))]
+            m.d.sync += col_cnt.eq(col_cnt + 1)
+            with m.If(col_cnt + 1 == col_target):
+                m.d.sync += col_done.eq(1)
+
+        # MAC results: VRF words or the logits writer
+        head = op.head
+        lw_sub = Signal(2)
+        best_val = Signal(signed(32))
+        best_idx = Signal(range(cfg.vocab))
+        lw_blk = Signal(range(cfg.vocab // L + 1))
+        mo = mac.o
+        mla_o = mla.o
+        with m.If(is_op(Opc.MV) & ~head):
+            m.d.comb += mo.ready.eq(1)
+            with m.If(mo.valid):
+                m.d.comb += [vrf.w_en.eq(1), vrf.w_addr.eq(dst_base + col_cnt),
+                             vrf.w_data.eq(Cat(*[mo.payload.y[j] for j in range(L)])),
+                             vrf.w_strb.eq((Const(1, 4 * L + 1) << (mo.payload.count * 4)) - 1)]
+                m.d.sync += col_cnt.eq(col_cnt + 1)
+                with m.If(mo.payload.last):
+                    m.d.sync += col_done.eq(1)
+        with m.If(is_op(Opc.MLA) & op.last):
+            m.d.comb += mla_o.ready.eq(1)
+            with m.If(mla_o.valid):
+                m.d.comb += [vrf.w_en.eq(1), vrf.w_addr.eq(dst_base + col_cnt),
+                             vrf.w_data.eq(mla_o.payload.data.as_value()), vrf.w_strb.eq(-1)]
+                m.d.sync += col_cnt.eq(col_cnt + 1)
+                with m.If(mla_o.payload.last):
+                    m.d.sync += col_done.eq(1)
+        with m.If(emb_we):
+            m.d.comb += [vrf.w_en.eq(1), vrf.w_addr.eq(dst_base + col_cnt), vrf.w_data.eq(emb_word),
+                         vrf.w_strb.eq(-1)]
+
+        # router results
+        with m.If(is_op(Opc.ROUTE)):
+            m.d.comb += router.o.ready.eq(1)
+            with m.If(router.o.valid):
+                m.d.sync += [choice[rcnt].eq(router.o.payload.expert), weights[rcnt].eq(router.o.payload.weight),
+                             rcnt.eq(rcnt + 1)]
+                with m.If(router.o.payload.last):
+                    m.d.sync += col_done.eq(1)
+
+        # ---- logits writer (head op) ----------------------------------------------------------------
+        lw_valid = Signal()
+        lw_addr = Signal(ADDR_BITS)
+        lw_data = Signal(128)
+        m.d.comb += [lw_valid.eq(is_op(Opc.MV) & head & mo.valid),
+                     lw_addr.eq(row_addr + (lw_blk << _log2(L * 4)) + (lw_sub << 4)),
+                     lw_data.eq(Cat(*[mo.payload.y[j] for j in range(L)]).word_select(lw_sub, 128))]
+        lw_take = Signal()
+        # four values of this beat: lowest index wins ties
+        vals = [mo.payload.y[j] for j in range(L)]
+        bv = [Signal(signed(32), name=f"am_v{k}") for k in range(4)]
+        for k in range(4):
+            with m.Switch(lw_sub):
+                for s_ in range(4):
+                    with m.Case(s_):
+                        m.d.comb += bv[k].eq(vals[4 * s_ + k])
+        c01 = bv[1] > bv[0]
+        v01 = Mux(c01, bv[1], bv[0])
+        i01 = Mux(c01, 1, 0)
+        c23 = bv[3] > bv[2]
+        v23 = Mux(c23, bv[3], bv[2])
+        i23 = Mux(c23, 3, 2)
+        c4 = v23 > v01
+        vmax = Mux(c4, v23, v01)
+        imax = Mux(c4, i23, i01)
+
+        # ---- the control FSM ------------------------------------------------------------------------------
+        start_ef, start_wf = Signal(), Signal()
+        m.d.comb += [ef.start.eq(start_ef), wf.start.eq(start_wf), ef.interleave.eq(is_op(Opc.EW) | is_op(Opc.COMB))]
+        mac_cmd = mac.i.payload
+        fin_log2 = _log2_sig(m, op.fan_in)
+        m.d.comb += [mac_cmd.q_beat.eq(dq[0]), mac_cmd.s_beat.eq(dq[1]), mac_cmd.z_beat.eq(dq[2]),
+                     mac_cmd.fan_in.eq(op.fan_in), mac_cmd.fan_out_log2.eq(op.fan_out_log2),
+                     mac_cmd.group_log2.eq(Mux(group_log2 < fin_log2, group_log2, fin_log2)),
+                     mac_cmd.fmt.eq(head)]
+        rec_eff = Signal(range(nrec + 16))
+        ch_sel = Signal.like(choice[0])
+        with m.Switch(op.expert):
+            for j in range(cfg.top_k):
+                with m.Case(j + 1):
+                    m.d.comb += ch_sel.eq(choice[j])
+        m.d.comb += rec_eff.eq(op.rec + Mux(op.expert != 0, 9 * ch_sel, 0))
+        dcnt = Signal(3)
+        emb_row = Signal(len(mac.r_data.payload.data.as_value()))
+        emb_s = Signal(signed(16))
+        emb_z = Signal(4)
+        nw_of_n = Signal(range(SW + 1))
+        m.d.comb += nw_of_n.eq((op.n + (L - 1)) >> _log2(L))
+        m.d.comb += [wf.w0.eq(Mux(is_op(Opc.MLA), op.w0, 0)), wf.nw.eq(Mux(is_op(Opc.MLA), op.nw, nw_of_n))]
+        in_pos = Signal()
+        with m.If(in_pos):
+            m.d.sync += self.cycles_pos.eq(self.cycles_pos + 1)
+
+        with m.FSM(name="ctrl"):
+            with m.State("IDLE"):
+                m.d.comb += self.cmd.ready.eq(1)
+                with m.If(self.cmd.valid & (self.cmd.payload == CMD_RUN)):
+                    m.next = "HDR_REQ"
+            with m.State("HDR_REQ"):
+                m.d.sync += self.cycles_load.eq(self.cycles_load + 1)
+                m.d.comb += [rd.valid.eq(1), rd.payload.addr.eq(0), rd.payload.length.eq(256)]
+                with m.If(rd.ready):
+                    m.d.sync += cnt.eq(0)
+                    m.next = "HDR_WAIT"
+            with m.State("HDR_WAIT"):
+                m.d.sync += self.cycles_load.eq(self.cycles_load + 1)
+                with m.If(mem.o.valid):
+                    for k in range(8):
+                        with m.If(cnt == k):
+                            m.d.sync += [hdr[4 * k + j].eq(mem.o.payload.data.word_select(j, 32)) for j in range(4)]
+                    m.d.sync += cnt.eq(cnt + 1)
+                    with m.If(mem.o.payload.last):
+                        m.next = "HDR_CHECK"
+            with m.State("HDR_CHECK"):
+                m.d.sync += self.cycles_load.eq(self.cycles_load + 1)
+                with m.If(fail_code != 0):
+                    m.d.sync += status_word.eq(STATUS_BAD | fail_code)
+                    m.next = "ERR"
+                with m.Else():
+                    m.next = "DESC_REQ"
+            with m.State("DESC_REQ"):
+                m.d.sync += self.cycles_load.eq(self.cycles_load + 1)
+                m.d.comb += [rd.valid.eq(1), rd.payload.addr.eq(w[23]), rd.payload.length.eq(w[22] << 4)]
+                with m.If(rd.ready):
+                    m.d.sync += [cnt.eq(0), bad_desc.eq(0)]
+                    m.next = "DESC_WAIT"
+            with m.State("DESC_WAIT"):
+                m.d.sync += self.cycles_load.eq(self.cycles_load + 1)
+                with m.If(mem.o.valid):
+                    a = mem.o.payload.data[32:64]
+                    base = Mux(cnt == 0, a, tensor_base)
+                    rel = Signal(ADDR_BITS, name="desc_rel")
+                    m.d.comb += [rel.eq(a - base), desc.w_en.eq(1), desc.w_addr.eq(cnt), desc.w_data.eq(rel >> 4),
+                                 desc.w_strb.eq(-1)]
+                    with m.If(cnt == 0):
+                        m.d.sync += tensor_base.eq(a)
+                    with m.If((a[:4] != 0) | (a < base) | (a >= w[24]) | ((cnt == 0) & (A(w[23]) + 16 * A(w[22]) > a))):
+                        m.d.sync += bad_desc.eq(1)
+                    m.d.sync += cnt.eq(cnt + 1)
+                    with m.If(mem.o.payload.last):
+                        m.next = "DESC_CHECK"
+            with m.State("DESC_CHECK"):
+                m.d.sync += self.cycles_load.eq(self.cycles_load + 1)
+                with m.If(bad_desc | (A(w[24]) - tensor_base > 16 * mp.store.beats)):
+                    m.d.sync += status_word.eq(STATUS_BAD | len(HDR_CHECKS))
+                    m.next = "ERR"
+                with m.Else():
+                    m.next = "TENS_REQ"
+            with m.State("TENS_REQ"):
+                m.d.sync += self.cycles_load.eq(self.cycles_load + 1)
+                m.d.comb += [rd.valid.eq(1), rd.payload.addr.eq(tensor_base), rd.payload.length.eq(w[24] - tensor_base)]
+                with m.If(rd.ready):
+                    m.d.sync += cnt.eq(0)
+                    m.next = "TENS_WAIT"
+            with m.State("TENS_WAIT"):
+                m.d.sync += self.cycles_load.eq(self.cycles_load + 1)
+                m.d.comb += [mac.w.valid.eq(mem.o.valid), mac.w.payload.beat.eq(cnt),
+                             mac.w.payload.data.eq(mem.o.payload.data)]
+                with m.If(mem.o.valid):
+                    m.d.sync += cnt.eq(cnt + 1)
+                    with m.If(mem.o.payload.last):
+                        m.next = "TOK_REQ"
+            with m.State("TOK_REQ"):
+                m.d.sync += self.cycles_load.eq(self.cycles_load + 1)
+                m.d.comb += [rd.valid.eq(1), rd.payload.addr.eq(w[24]), rd.payload.length.eq(seq_len << 2)]
+                with m.If(rd.ready):
+                    m.d.sync += cnt.eq(0)
+                    m.next = "TOK_WAIT"
+            with m.State("TOK_WAIT"):
+                m.d.sync += self.cycles_load.eq(self.cycles_load + 1)
+                m.d.comb += [tok.w_en.eq(mem.o.valid), tok.w_addr.eq(cnt), tok.w_data.eq(mem.o.payload.data),
+                             tok.w_strb.eq(-1)]
+                with m.If(mem.o.valid):
+                    m.d.sync += cnt.eq(cnt + 1)
+                    with m.If(mem.o.payload.last):
+                        m.d.sync += [pos.eq(0), row_addr.eq(w[25]), pc.eq(0)]
+                        m.next = "FETCH"
+
+            # ---- positions: fetch / dispatch -----------------------------------------------------------
+            with m.State("FETCH"):
+                m.d.comb += in_pos.eq(1)
+                m.d.sync += [op.eq(rom_data), col_cnt.eq(0), col_done.eq(0), dcnt.eq(0), rcnt.eq(0)]
+                m.next = "DISPATCH"
+            with m.State("DISPATCH"):
+                m.d.comb += in_pos.eq(1)
+                m.d.sync += col_target.eq(Mux(is_op(Opc.KDA), Mux(op.last, op.n_out, 0), op.n))
+                with m.Switch(op.opc):
+                    with m.Case(Opc.EMB, Opc.MV, Opc.PLD):
+                        m.next = "DESC"
+                    with m.Case(Opc.RMS, Opc.MIX, Opc.EW, Opc.ROUTE, Opc.COMB, Opc.KDA):
+                        m.d.comb += start_ef.eq(1)
+                        m.next = "ELEM"
+                    with m.Case(Opc.MLA):
+                        m.d.comb += start_wf.eq(1)
+                        m.next = "MLA"
+                    with m.Case(Opc.END):
+                        m.next = "END"
+            with m.State("DESC"):
+                m.d.comb += [in_pos.eq(1), desc.r_en.eq(1), desc.r_addr.eq(rec_eff + dcnt)]
+                m.d.sync += dcnt.eq(dcnt + 1)
+                for k in range(3):
+                    with m.If(dcnt == k + 1):
+                        m.d.sync += dq[k].eq(desc.r_data)
+                with m.If(dcnt == 3):
+                    with m.Switch(op.opc):
+                        with m.Case(Opc.EMB):
+                            m.next = "EMB_TOK"
+                        with m.Case(Opc.MV):
+                            m.d.comb += start_wf.eq(1)
+                            m.next = "MV_SCAN"
+                        with m.Case(Opc.PLD):
+                            m.next = "PLD_REQ"
+
+            # ---- PLD ---------------------------------------------------------------------------
+            with m.State("PLD_REQ"):
+                m.d.comb += [in_pos.eq(1), mac.r_cmd.valid.eq(1), mac.r_cmd.payload.start.eq(dq[0]),
+                             mac.r_cmd.payload.count.eq(op.nbeats)]
+                with m.If(mac.r_cmd.ready):
+                    m.next = "PLD_WAIT"
+            with m.State("PLD_WAIT"):
+                m.d.comb += [in_pos.eq(1), mac.r_data.ready.eq(1)]
+                for k in range(2):
+                    m.d.comb += [prf[k].w_en.eq(mac.r_data.valid & (op.prf == k)), prf[k].w_addr.eq(col_cnt),
+                                 prf[k].w_data.eq(mac.r_data.payload.data.as_value()), prf[k].w_strb.eq(-1)]
+                with m.If(mac.r_data.valid):
+                    m.d.sync += col_cnt.eq(col_cnt + 1)
+                    with m.If(mac.r_data.payload.last):
+                        m.next = "NEXT"
+
+            # ---- EMB ---------------------------------------------------------------------------
+            with m.State("EMB_TOK"):
+                m.d.comb += [in_pos.eq(1), tok.r_en.eq(1), tok.r_addr.eq(pos >> 2)]
+                m.next = "EMB_TOK2"
+            with m.State("EMB_TOK2"):
+                m.d.comb += in_pos.eq(1)
+                m.d.sync += [token.eq(tok.r_data.word_select(pos[:2], 32)[:16]), dcnt.eq(3)]
+                m.next = "EMB_S"
+            for st, nxt, beat in (("EMB_S", "EMB_Z", dq[1] + (token >> 3)), ("EMB_Z", "EMB_Q", dq[2] + (token >> 4)),
+                                  ("EMB_Q", "EMB_W", dq[0] + ((token * (cfg.d_model // 2)) >> 4))):
+                with m.State(st):
+                    m.d.comb += in_pos.eq(1)
+                    nbeats = -(-cfg.d_model // 32) if st == "EMB_Q" else 1
+                    with m.If(dcnt == 3):
+                        m.d.comb += [mac.r_cmd.valid.eq(1), mac.r_cmd.payload.start.eq(beat),
+                                     mac.r_cmd.payload.count.eq(nbeats)]
+                        with m.If(mac.r_cmd.ready):
+                            m.d.sync += dcnt.eq(4)
+                    with m.Else():
+                        m.d.comb += mac.r_data.ready.eq(1)
+                        with m.If(mac.r_data.valid):
+                            d0 = mac.r_data.payload.data[0]
+                            if st == "EMB_S":
+                                m.d.sync += emb_s.eq(d0.word_select(token[:3], 16))
+                            elif st == "EMB_Z":
+                                m.d.sync += emb_z.eq(d0.word_select(token[:4], 8)[:4])
+                            else:
+                                m.d.sync += emb_row.eq(mac.r_data.payload.data.as_value())
+                            m.d.sync += dcnt.eq(3)
+                            m.next = nxt
+            with m.State("EMB_W"):
+                m.d.comb += [in_pos.eq(1), emb_we.eq(1)]
+                els = []
+                for j in range(L):
+                    byte = emb_row.word_select(col_cnt[:4] * (L // 2) + j // 2, 8) if True else None
+                    nib = byte[4 * (j % 2):4 * (j % 2) + 4]
+                    v = emb_s * (nib.as_unsigned() - emb_z.as_unsigned()).as_signed()
+                    e = Signal(signed(X.bits), name=f"emb_e{j}")
+                    m.d.comb += e.eq(v << (X.frac - 12))
+                    els.append(e)
+                m.d.comb += emb_word.eq(Cat(*els))
+                m.d.sync += col_cnt.eq(col_cnt + 1)
+                with m.If(col_cnt == (cfg.d_model // L) - 1):
+                    m.next = "NEXT"
+
+            # ---- MV ----------------------------------------------------------------------------
+            with m.State("MV_SCAN"):
+                m.d.comb += [in_pos.eq(1), minp.convert.eq(0)]
+                with m.If(~wf.busy):
+                    m.next = "MV_SCAN2"
+            with m.State("MV_SCAN2"):          # the scan's shift register settles
+                m.d.comb += [in_pos.eq(1), start_wf.eq(1), minp.convert.eq(1)]
+                m.next = "MV_CONV"
+            with m.State("MV_CONV"):
+                m.d.comb += [in_pos.eq(1), minp.convert.eq(1)]
+                with m.If(~wf.busy & ~minp.o.valid):
+                    m.next = "MV_CMD"
+            with m.State("MV_CMD"):
+                m.d.comb += [in_pos.eq(1), mac.i.valid.eq(1), minp.convert.eq(1)]
+                with m.If(mac.i.ready):
+                    m.d.sync += [lw_sub.eq(0), lw_blk.eq(0), best_val.eq(-(1 << 31)), best_idx.eq(0)]
+                    m.next = "MV_OUT"
+            with m.State("MV_OUT"):
+                m.d.comb += in_pos.eq(1)
+                with m.If(head):
+                    m.d.comb += [wr.valid.eq(lw_valid), wr.payload.addr.eq(lw_addr), wr.payload.data.eq(lw_data),
+                                 wr.payload.strb.eq(-1), lw_take.eq(lw_valid & wr.ready),
+                                 mo.ready.eq(wr.ready & (lw_sub == 3))]
+                    with m.If(lw_take):
+                        m.d.sync += lw_sub.eq(lw_sub + 1)
+                        with m.If(vmax > best_val):
+                            m.d.sync += [best_val.eq(vmax), best_idx.eq(Cat(imax[:2], lw_sub, lw_blk))]
+                        with m.If(lw_sub == 3):
+                            m.d.sync += lw_blk.eq(lw_blk + 1)
+                            with m.If(mo.payload.last):
+                                m.next = "NEXT"
+                with m.Elif(col_done):
+                    m.next = "NEXT"
+
+            # ---- element ops ---------------------------------------------------------------------------
+            with m.State("ELEM"):
+                m.d.comb += in_pos.eq(1)
+                with m.If(~ef.busy & (col_done | (col_target == 0) & ~is_op(Opc.ROUTE))):
+                    m.next = "NEXT"
+            with m.State("MLA"):
+                m.d.comb += in_pos.eq(1)
+                with m.If(~wf.busy & (col_done | ~op.last)):
+                    m.next = "NEXT"
+            with m.State("NEXT"):
+                m.d.comb += in_pos.eq(1)
+                m.d.sync += pc.eq(pc + 1)
+                m.next = "FETCH"
+
+            # ---- end of a position -----------------------------------------------------------------
+            with m.State("END"):
+                m.d.comb += in_pos.eq(1)
+                am_addr = Signal(ADDR_BITS)
+                m.d.comb += am_addr.eq(w[26] + (pos << 2))
+                m.d.comb += [wr.valid.eq(1), wr.payload.addr.eq(Cat(Const(0, 4), am_addr[4:])),
+                             wr.payload.data.eq(best_idx.as_unsigned() << (pos[:2] * 32)),
+                             wr.payload.strb.eq(Const(0xF, 16) << (pos[:2] * 4))]
+                with m.If(wr.ready):
+                    m.d.sync += [pos.eq(pos + 1), row_addr.eq(row_addr + logits_stride(cfg)), pc.eq(0)]
+                    with m.If(pos + 1 == seq_len):
+                        m.d.sync += status_word.eq(STATUS_DONE)
+                        m.next = "STATUS"
+                    with m.Else():
+                        m.next = "FETCH"
+
+            # ---- finish -----------------------------------------------------------------------------------
+            with m.State("ERR"):
+                with m.If(status_ok):
+                    m.next = "STATUS"
+                with m.Else():
+                    m.next = "DRAIN"
+            with m.State("STATUS"):
+                m.d.comb += [wr.valid.eq(1), wr.payload.addr.eq(w[27]), wr.payload.data.eq(status_word),
+                             wr.payload.strb.eq(-1)]
+                with m.If(wr.ready):
+                    m.next = "DRAIN"
+            with m.State("DRAIN"):
+                with m.If(mem.writes_drained & mem.idle):
+                    m.next = "RSP"
+            with m.State("RSP"):
+                m.d.comb += [self.rsp.valid.eq(1), self.rsp.payload.eq(RSP_DONE)]
+                with m.If(self.rsp.ready):
+                    m.next = "HALT"
+            with m.State("HALT"):
+                pass
+        return m
+
+
+def _log2_sig(m: Module, v):
+    """log2 of a power-of-two signal (priority encoder)."""
+    out = Signal(range(len(v) + 1), name="fan_in_log2")
+    for b in range(len(v)):
+        with m.If(v[b]):
+            m.d.comb += out.eq(b)
+    return out
