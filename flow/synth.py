@@ -171,7 +171,10 @@ def _script_steps(job: dict) -> list[tuple[str, list[str]]]:
     top = job["top"]
     flat = " -flatten" if job["flatten"] else ""
     return [
-        ("generic synthesis (proc, opt, memory -nomap, alumacc)", [f"synth -top {top}{flat} -run :fine"]),
+        # `proc -norom` first: a case statement over constants stays logic, as the RTL wrote it; left to
+        # synth's own proc it would become a $mem ROM, indistinguishable from an inferred array below.
+        ("generic synthesis (proc, opt, memory -nomap, alumacc)",
+         [f"hierarchy -top {top}", "proc -norom", f"synth -top {top}{flat} -run :fine"]),
         ("check for inferred memories", ["<memory-check>"]),
         ("fine synthesis (techmap to gates)", [f"synth -top {top}{flat} -run fine:check -noabc"]),
         ("map flip-flops (dfflibmap)", [f"dfflibmap -liberty {lib} {dont_use}", "opt -purge"]),
