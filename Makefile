@@ -7,7 +7,7 @@ BUILD   := build
 BLOCK   ?= dequant_mac
 
 # Steps that need the PDK check it first, so a bad NANGATE45_PDK stops them before any work.
-.PHONY: setup pdk doctor rtl sim synth sta report demo test blocks place pnr clean
+.PHONY: setup pdk doctor rtl sim synth sta report demo test blocks place pnr bench clean
 
 setup: $(STAMP)
 
@@ -46,6 +46,11 @@ place: synth
 
 pnr: synth
 	$(PY) -m flow.orfs --synth $(BUILD)/synth --rtl $(BUILD)/rtl --out $(BUILD)/orfs --run
+
+# The benchmark always measures the chip, whatever BLOCK the other targets use.
+bench: BLOCK = chip
+bench: rtl
+	$(PY) -m verification.bench --rtl $(BUILD)/rtl --out $(BUILD)/bench
 
 test: $(STAMP)
 	$(PY) -m pytest -q

@@ -1,0 +1,276 @@
+"""Performance model of msh_chip_top: cycles of every micro-program op, phase by phase, and cycles/token.
+
+Pure Python (imports engine classes for their constants, elaborates nothing). The chip
+(hw/sequencer.py) runs the ops of ``hw.program`` one after another, each op's feed and collect
+concurrently, so a position costs the sum of its ops:
+
+    op cycles = sequencer overhead of its class (FETCH, DISPATCH, DESC, NEXT, handshakes; ``SeqOverheads``)
+              + the engine's own cycle formula (hw/*.py, cited per class below)
+
+Engine formulas used (no stalls):
+* MV      ``MacArrayParams.issue_cycles`` + ``MacArray.LATENCY`` + (chunks of the last block − 1),
+          plus two WordFeeder passes through ``MacInput`` (scan, convert: ``words`` each). The LM
+          head is throttled by its logits writer: 4 write beats per 16-lane chunk, one per cycle.
+* RMS     ``n + NormUnit.GAP + n − 1`` (two passes, hw/norm_unit.py)
+* MIX     ``ResMixer.latency(candidates, d)``
+* EW      ``ns·n + Elementwise.LATENCY``; COMB ``ns·n + Combine.LATENCY`` (``ns`` sources: the
+          ElemFeeder interleaves them, one VRF read per source per element)
+* ROUTE   ``MoeRouter.latency(E) + top_k − 1``
+* KDA     one element a cycle (``n``); the last segment adds the engine's drain (``KDA_DRAIN``)
+* MLA     the feed segments one word a cycle; the last adds ``MlaParams.cycles(t)`` minus its load
+          part: the attention over the t + 1 cached positions (grows with the position)
+* PLD     one weight-store read per ``banks`` beats (hw/weight_store.py) + read latency
+* EMB     three weight-store reads (scale, zero, row) + d/16 VRF writes
+The sequencer overheads (``SEQ``) and the two engine constants without a formula in the engine
+(``KDA_DRAIN`` from hw/kda_engine.py's docstring, ``MAC_INPUT_PASS``) were measured from the RTL with
+verification/phase_monitor.py on nano-g128-s48-long (``python -m verification.bench``), documented
+where they are defined. With them every op of nano-g128-s48-long is predicted to the cycle (the run
+to 1 cycle in 365,929: the load phase's read latency is jitter); nano-g64-s64-long, not used for
+fitting, checks them (other group → other issue cycles, longer MLA cache).
+
+Load phase: header (256 B), descriptor table, tensor block and token ids, each one read request
+stream through the 16 B port at one beat a cycle plus the read latency (SPEC §3: base + jitter, in
+order). Per position: 128 logits write beats (inside the head op) and one argmax word (END).
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+
+from hw.chip_glue import Combine
+from hw.mac_array import MacArray
+from hw.mla_params import CTX_DRAIN as MLA_CTX_DRAIN
+from hw.mla_params import SCORE_DRAIN as MLA_SCORE_DRAIN
+from hw.moe_router import MoeRouter
+from hw.norm_unit import NormUnit
+from hw.program import LANES, Op, Opc, program_for
+from hw.res_mixer import ResMixer
+from hw.vector_unit import Elementwise
+from nano_k3.config import ModelConfig, preset
+
+# Engine constants come from the engine classes themselves (importing them elaborates nothing).
+MAC_LATENCY = MacArray.LATENCY
+NORM_GAP = NormUnit.GAP
+EW_LATENCY = Elementwise.LATENCY
+COMB_LATENCY = Combine.LATENCY
+KDA_DRAIN = 256             # hw.kda_engine docstring (measured there): last output 256 cycles after the last
+                            # input (nano)
+
+
+@dataclass(frozen=True)
+class ChipPerfParams:
+    """The hardware numbers the model needs (defaults: the nano chip build, hw.params.preset("nano"))."""
+
+    mac_lanes: int = 64          # W = 16 · weight-store banks (hw.mac_array.mac_array_params_for)
+    banks: int = 4               # weight-store banks: beats per store read
+    out_lanes: int = 16          # MAC results per output transfer (= VRF word)
+    mem_base: int = 24           # SPEC §3 read latency (long profile): base + uniform [0, jitter]
+    mem_jitter: int = 12
+    clock_hz: float = 100e6
+
+    def __post_init__(self) -> None:
+        for k in ("mac_lanes", "banks", "out_lanes"):
+            v = getattr(self, k)
+            if not isinstance(v, int) or v < 1 or v & (v - 1):
+                raise ValueError(f"{k} must be a power of two >= 1, got {v!r}")
+        for k in ("mem_base", "mem_jitter"):
+            if not isinstance(getattr(self, k), int) or getattr(self, k) < 0:
+                raise ValueError(f"{k} must be an integer >= 0, got {getattr(self, k)!r}")
+
+
+# Sequencer overhead per op class, measured from the RTL (see the module docstring). Each entry is
+# the measured op cycles minus the engine formula above, constant over every op of the class and
+# every position in the nano g128 / g64 runs unless noted.
+@dataclass(frozen=True)
+class SeqOverheads:
+    mv: int = 11                 # FETCH, DISPATCH, DESC (4), MV_SCAN2, MV_CMD, NEXT + feeder/queue latency
+    mac_input_pass: int = 3      # per WordFeeder → MacInput pass, beyond one cycle a word
+    full_block: int = -1         # fan_out ≥ W: the last block's results leave one cycle earlier than
+                                 # issue + LATENCY + chunks − 1 (MacArray docstring: 64→64 measured 46)
+    head: int = 12               # head MV beyond its 4 write beats per 16-lane chunk (when write-bound)
+    pld: int = 10                # FETCH, DISPATCH, DESC (4), PLD_REQ, store latency, NEXT
+    emb: int = 21                # EMB beyond its d/16 VRF word writes (3 store reads, 2 token-SRAM cycles)
+    elem: int = 6                # element ops: FETCH, DISPATCH, feeder start + read latency, NEXT
+    route: int = 1               # ROUTE beyond elem: the router's last pair to the collector
+    kda_seg: int = 6             # a KDA feed segment beyond n
+    mla_seg: int = 6             # an MLA feed segment beyond its words
+    mla_last: int = 6            # the last MLA segment beyond the engine's attention cycles
+    end: int = 3                 # END: FETCH, DISPATCH, the argmax word's write handshake
+    load_step: int = 3           # per load request: REQ state + CHECK/next-state transitions
+    finish: int = 4              # STATUS write, DRAIN, RSP after the last position
+
+
+@dataclass(frozen=True)
+class OpCost:
+    index: int
+    opc: str
+    name: str
+    phase: str
+    cycles: int
+
+
+def op_phase(ops: list[Op]) -> list[str]:
+    """Phase of each op: embed, L<i>.<kda|mla> (norm1 + projections + engine + o), L<i>.resmix
+    (residual mixes and adds), L<i>.router (norm2, router, bias, top-k), L<i>.experts, final (last mix
+    and norm), head (the LM head matvec with its logits writes), argmax (END)."""
+    out, cur = [], "embed"
+    for op in ops:
+        n = op.name
+        if op.opc == Opc.END:
+            cur = "argmax"
+        elif n == "emb":
+            cur = "embed"
+        elif n == "head":
+            cur = "head"
+        elif n.startswith(("res_out", "final_norm")):
+            cur = "final"
+        elif n.startswith("L"):
+            layer, rest = n.split(".", 1)
+            if rest.startswith(("res_attn", "res_mlp")):
+                cur = f"{layer}.resmix"
+            elif rest.startswith(("norm1", "kda", "mla")):
+                cur = f"{layer}.mixer"
+            elif rest.startswith(("norm2", "moe.router", "moe.bias")):
+                cur = f"{layer}.router"
+            elif rest.startswith("moe."):
+                cur = f"{layer}.experts"
+        elif op.opc == Opc.EW and op.ewop == 1 and cur.endswith(".experts"):
+            pass                    # the residual add after the MoE stays with the experts
+        out.append(cur)
+    return out
+
+
+@dataclass(frozen=True)
+class PerfModel:
+    cfg: ModelConfig
+    hw: ChipPerfParams = field(default_factory=ChipPerfParams)
+    seq: SeqOverheads = field(default_factory=SeqOverheads)
+
+    @functools.cached_property
+    def ops(self) -> tuple:
+        return program_for(self.cfg).ops
+
+    @functools.cached_property
+    def op_phases(self) -> list[str]:
+        return op_phase(list(self.ops))
+
+    # --- engine formulas ------------------------------------------------------------------------
+    def issue_cycles(self, fan_in: int, fan_out: int) -> int:
+        """= hw.mac_array.MacArrayParams.issue_cycles with the effective group min(group, fan_in)."""
+        W, g = self.hw.mac_lanes, min(self.cfg.group_size, fan_in)
+        F = 1 if fan_out >= W else min(W // fan_out, g // 2)
+        s_reads = 2 if min(fan_out, W) == W else 1
+        return max(1, fan_out // W) * (fan_in // g) * ((g // 2) // F + 1 + s_reads)
+
+    def mv_cycles(self, op: Op) -> int:
+        words = -(-op.fan_in // LANES)
+        feed = 2 * (words + self.seq.mac_input_pass)
+        chunks = -(-min(op.fan_out, self.hw.mac_lanes) // self.hw.out_lanes)
+        full = self.seq.full_block if op.fan_out >= self.hw.mac_lanes else 0
+        issue = self.issue_cycles(op.fan_in, op.fan_out)
+        if op.head:
+            # each 16-lane chunk is 4 write beats (16 int32 logits), so the last block drains at one
+            # chunk per 4 cycles; the head is issue-bound unless the writes alone take longer
+            mac = issue + MAC_LATENCY + 4 * chunks - 1 + 2 * full
+            writes = 4 * (op.fan_out // self.hw.out_lanes)
+            return self.seq.mv + feed + max(mac, writes + self.seq.head)
+        return self.seq.mv + feed + issue + MAC_LATENCY + chunks - 1 + full
+
+    def mix_cycles(self, n_cands: int, d: int) -> int:
+        return ResMixer.latency(n_cands, d)
+
+    def router_cycles(self) -> int:
+        """First pair after MoeRouter.latency(E), the other top_k − 1 one a cycle."""
+        return MoeRouter.latency(self.cfg.n_experts) + self.cfg.top_k - 1
+
+    def mla_attention(self, t: int) -> int:
+        """hw.mla_params.MlaParams.cycles(t) without its load part (fed by the MLA segment ops)."""
+        c, w = self.cfg, lambda d: -(-d // LANES)     # noqa: E731
+        wq, wv = w(c.mla_dk) + w(c.mla_dr), w(c.mla_dv)
+        return c.mla_heads * ((t + 1) * wq + MLA_SCORE_DRAIN + wv * ((t + 1) + MLA_CTX_DRAIN))
+
+    def op_cycles(self, op: Op, t: int) -> int:
+        """Cycles of one op at position t (0-based), FETCH to NEXT."""
+        s, c = self.seq, self.cfg
+        if op.opc == Opc.MV:
+            return self.mv_cycles(op)
+        if op.opc == Opc.PLD:
+            return s.pld + -(-op.nbeats // self.hw.banks)
+        if op.opc == Opc.EMB:
+            return s.emb + c.d_model // LANES
+        if op.opc == Opc.RMS:
+            return s.elem + 2 * op.n + NORM_GAP - 1
+        if op.opc == Opc.MIX:
+            return s.elem + self.mix_cycles(len(op.srcs), op.n)
+        if op.opc == Opc.EW:           # interleaved feed: one VRF read per source per element
+            return s.elem + len(op.srcs) * op.n + EW_LATENCY
+        if op.opc == Opc.COMB:
+            return s.elem + len(op.srcs) * op.n + COMB_LATENCY
+        if op.opc == Opc.ROUTE:
+            return s.elem + s.route + self.router_cycles()
+        if op.opc == Opc.KDA:
+            return s.kda_seg + op.n + (KDA_DRAIN if op.last else 0)
+        if op.opc == Opc.MLA:
+            return (s.mla_last + op.nw + self.mla_attention(t)) if op.last else s.mla_seg + op.nw
+        if op.opc == Opc.END:
+            return s.end
+        raise ValueError(f"no cycle formula for op {op.listing()}")
+
+    # --- phases ----------------------------------------------------------------------------------
+    def position(self, t: int) -> list[OpCost]:
+        return [OpCost(k, op.opc.name, op.name, ph, self.op_cycles(op, t))
+                for k, (op, ph) in enumerate(zip(self.ops, self.op_phases))]
+
+    def load(self, seq_len: int) -> dict[str, int]:
+        """Load-phase cycles per region: one read stream each, a beat a cycle plus the read latency."""
+        from nano_k3.image import plan_layout
+        lay = plan_layout(self.cfg, seq_len)
+        first = lay.descriptors[0].addr
+        beats = {"header": 16, "descriptors": lay.n_records,
+                 "tensors": (lay.tokens_addr - first) // 16, "tokens": -(-4 * seq_len // 16)}
+        lat = self.hw.mem_base + self.hw.mem_jitter
+        return {k: b + lat + self.seq.load_step for k, b in beats.items()}
+
+    def phases(self, seq_len: int) -> dict[str, int]:
+        """Cycles of the whole run by phase: load.<region>, every op phase summed over positions, finish."""
+        if not isinstance(seq_len, int) or not 1 <= seq_len <= self.cfg.max_seq:
+            raise ValueError(f"seq_len must be an integer in 1..{self.cfg.max_seq}, got {seq_len!r}")
+        out = {f"load.{k}": v for k, v in self.load(seq_len).items()}
+        for t in range(seq_len):
+            for oc in self.position(t):
+                out[oc.phase] = out.get(oc.phase, 0) + oc.cycles
+        out["finish"] = self.seq.finish
+        return out
+
+    def total(self, seq_len: int) -> int:
+        return sum(self.phases(seq_len).values())
+
+    def cycles_per_token(self, seq_len: int) -> float:
+        return self.total(seq_len) / seq_len
+
+    def tokens_per_s(self, seq_len: int) -> float:
+        return self.hw.clock_hz / self.cycles_per_token(seq_len)
+
+    def write_beats(self, seq_len: int) -> int:
+        """Logits rows (4·vocab bytes each), one argmax word per position, the status word."""
+        return seq_len * (4 * self.cfg.vocab // 16 + 1) + 1
+
+    def read_beats(self, seq_len: int) -> int:
+        from nano_k3.image import plan_layout
+        lay = plan_layout(self.cfg, seq_len)
+        return 16 + lay.n_records + (lay.tokens_addr - lay.descriptors[0].addr) // 16 + -(-4 * seq_len // 16)
+
+
+def model_for(config: str = "nano", group: int | None = None, **hw) -> PerfModel:
+    cfg = preset(config)
+    cfg = cfg if group is None else cfg.with_group(group)
+    chip = ChipPerfParams(**hw) if hw else (ChipPerfParams() if config == "nano" else _tiny_hw())
+    return PerfModel(cfg, chip)
+
+
+def _tiny_hw() -> ChipPerfParams:
+    """The tiny chip build: hw.mac_array.mac_array_params_for(hw.params.preset("tiny"))."""
+    from hw.mac_array import mac_array_params_for
+    from hw.params import preset as chip_preset
+    mp = mac_array_params_for(chip_preset("tiny"))
+    return ChipPerfParams(mac_lanes=mp.lanes, banks=mp.store.banks)
