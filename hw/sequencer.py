@@ -175,6 +175,8 @@ class ChipCore(wiring.Component):
         mem_end = Signal(ADDR_BITS + 1)
         m.d.comb += mem_end.eq(w[28] + w[29])
         A = lambda v: v.as_unsigned()     # noqa: E731
+        # Scratch must start right after the status block: memory ends at scratch + size (SPEC §3), so a
+        # scratch address past the real memory is only visible as a gap after the status block.
         checks = {
             "magic": w[0] == MAGIC,
             "version": w[1] == FORMAT_VERSION,
@@ -185,7 +187,7 @@ class ChipCore(wiring.Component):
             "align": Cat(*[w[k][:4] == 0 for k in range(23, 29)]).all(),
             "order": ((w[23] >= 256) & (A(w[23]) + 16 * A(w[22]) <= w[24]) & (A(w[24]) + 4 * A(w[19]) <= w[25])
                       & (A(w[25]) + logits_stride(cfg) * A(w[19]) <= w[26]) & (A(w[26]) + 4 * A(w[19]) <= w[27])
-                      & (A(w[27]) + 16 <= w[28]) & (mem_end < (1 << ADDR_BITS))),
+                      & (A(w[27]) + 16 == w[28]) & (mem_end < (1 << ADDR_BITS))),
             "tensor_size": A(w[24]) - A(w[23]) - 16 * A(w[22]) <= 16 * mp.store.beats,
         }
         fail_code = Signal(8)
