@@ -4,7 +4,7 @@
 PY      := .venv/bin/python
 STAMP   := .venv/.installed
 BUILD   := build
-BLOCK   ?= dequant_mac
+BLOCK   ?= chip
 
 # Steps that need the PDK check it first, so a bad NANGATE45_PDK stops them before any work.
 .PHONY: setup pdk doctor rtl sim synth sta report demo test blocks place pnr bench clean
