@@ -1,7 +1,8 @@
 """The chip's micro-program: ``FixedModel.step`` as a list of vector operations, plus its ROM encoding.
 
-Pure Python (no Amaranth): ``build_program(cfg)`` turns a ``ModelConfig`` into the list of ``Op`` that
-the sequencer (hw/sequencer.py) runs once per position, in exactly the order of ``FixedModel.step``.
+Python, no hardware (only the engines' operand codes are imported): ``build_program(cfg)`` turns a
+``ModelConfig`` into the list of ``Op`` that the sequencer (hw/sequencer.py) runs once per position,
+in exactly the order of ``FixedModel.step``.
 Operands are vector-register-file (VRF) slots; ``allocate`` maps the symbolic values onto as few
 physical slots as their live ranges allow. ``encode`` packs every op into one ROM word (field
 widths in ``fields(cfg)``; the sequencer decodes with the same table) and ``write_hex`` writes the
@@ -35,6 +36,9 @@ from nano_k3.config import ModelConfig
 from nano_k3.fixed import mix_plan
 from nano_k3.tensors import record_names
 
+from .kda_engine import Sel as KdaSel      # the engines' own operand codes, used in the program words
+from .vector_unit import EwOp as EwKind
+
 LANES = 16                    # X elements per VRF word (= MLA engine lanes = MAC out_lanes)
 
 
@@ -50,20 +54,6 @@ class Opc(enum.IntEnum):
     ROUTE = 8
     COMB = 9
     MLA = 10
-
-
-class KdaSel(enum.IntEnum):      # = hw.kda_engine.Sel
-    Q = 0
-    K = 1
-    V = 2
-    B = 3
-    F = 4
-    Z = 5
-
-
-class EwKind(enum.IntEnum):      # = hw.vector_unit.EwOp
-    ADD = 1
-    SWIGLU = 3
 
 
 class PaMode(enum.IntEnum):      # index of the PRF a element for element i
