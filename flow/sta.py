@@ -24,10 +24,12 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import os
 import shutil
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from flow.cli import publish, report_stage
@@ -192,13 +194,19 @@ def run_sta(synth: Path, out: Path, corners: list[str], period_ns: float, clock:
     if stage.exists():
         shutil.rmtree(stage)
     stage.mkdir(parents=True)
-    result_corners = {}
-    for corner in corners:
-        progress(f"{corner} corner: {s['top']} ({s['cells']['count']:,} cells) at {period_ns} ns ...")
+    progress(f"{', '.join(corners)}: {s['top']} ({s['cells']['count']:,} cells) at {period_ns} ns, "
+             f"{min(len(corners), os.cpu_count() or 1)} OpenSTA process(es) at a time ...")
+
+    def one(corner: str) -> dict:
         r = run_corner(corner, pdk.plain_liberty(corner, cache), netlist, s["top"], clock, period_ns, stage,
                        parasitics)
         progress(f"{corner}: WNS {r['wns_ns']} ns, min period {r['min_period_ns']} ns ({r['runtime_s']} s)")
-        result_corners[corner] = r
+        return r
+
+    for corner in corners:          # the liberty files are converted once, before the corners run side by side
+        pdk.plain_liberty(corner, cache)
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        result_corners = dict(zip(corners, pool.map(one, corners)))
     version = subprocess.run([sta_path, "-version"], capture_output=True, text=True).stdout.strip()
     result = {
         "schema": "nano-k3/sta/1",

@@ -1,18 +1,12 @@
 """flow.macro_map: every storage shape the design uses maps onto fakeram45 with its waste counted."""
-import os
-from pathlib import Path
-
 import pytest
 
 from flow.macro_map import MAX_MACROS_PER_INSTANCE, MacroMapError, macro_sizes, map_design, map_instance, table
 from pdk_config import find_pdk
 
-PDK = os.environ.get("NANGATE45_PDK", str(Path(__file__).resolve().parents[2] / "shared" / "pdk" / "nangate45"))
-
 
 @pytest.fixture(scope="module")
 def sizes():
-    os.environ.setdefault("NANGATE45_PDK", PDK)
     s = macro_sizes(find_pdk().fakerams)
     assert len(s) >= 20, [m.name for m in s]
     return s

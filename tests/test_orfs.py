@@ -20,19 +20,13 @@ from pdk_config import find_pdk
 
 DATA = Path(__file__).parent / "data"
 REPO = Path(__file__).resolve().parents[1]
-PDK = os.environ.get("NANGATE45_PDK", str(REPO.parent / "shared" / "pdk" / "nangate45"))
+PDK = os.environ["NANGATE45_PDK"]   # default set by tests/conftest.py
 SEED = 20250117
-
-
-@pytest.fixture(autouse=True)
-def pdk_env(monkeypatch):
-    monkeypatch.setenv("NANGATE45_PDK", PDK)
 
 
 @pytest.fixture(scope="module")
 def design(tmp_path_factory):
     """mac_sram synthesised and turned into an ORFS design; its ROM table is written like nano_k3.luts does."""
-    os.environ.setdefault("NANGATE45_PDK", PDK)
     root = tmp_path_factory.mktemp("orfs")
     rtl = root / "rtl"
     shutil.copytree(DATA / "mac_sram", rtl)

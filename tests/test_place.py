@@ -1,6 +1,5 @@
 """flow.place on the small MAC design: a legal placed DEF, parasitics, post-placement timing, GDS, PNG."""
 import json
-import os
 import random
 from pathlib import Path
 
@@ -13,17 +12,10 @@ from flow.synth import synthesize
 from pdk_config import find_pdk
 
 DATA = Path(__file__).parent / "data"
-PDK = os.environ.get("NANGATE45_PDK", str(Path(__file__).resolve().parents[2] / "shared" / "pdk" / "nangate45"))
-
-
-@pytest.fixture(autouse=True)
-def pdk_env(monkeypatch):
-    monkeypatch.setenv("NANGATE45_PDK", PDK)
 
 
 @pytest.fixture(scope="module")
 def placed(tmp_path_factory):
-    os.environ.setdefault("NANGATE45_PDK", PDK)
     base = tmp_path_factory.mktemp("place")
     synth = synthesize(DATA / "mac_sram", base / "synth")
     return base, synth, place(base / "synth", base / "place", utilization=0.6, effort=2)

@@ -1,6 +1,5 @@
 """flow/repair.py: clustered buffer trees for high-fanout nets; the logic stays the same (Yosys equivalence)."""
 import json
-import os
 import random
 import subprocess
 import sys
@@ -16,18 +15,11 @@ from flow.synth import liberty_areas, synthesize
 from pdk_config import find_pdk
 
 DATA = Path(__file__).parent / "data"
-PDK = os.environ.get("NANGATE45_PDK", str(Path(__file__).resolve().parents[2] / "shared" / "pdk" / "nangate45"))
 REPO = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(autouse=True)
-def pdk_env(monkeypatch):
-    monkeypatch.setenv("NANGATE45_PDK", PDK)
 
 
 @pytest.fixture(scope="module")
 def liberty():
-    os.environ.setdefault("NANGATE45_PDK", PDK)
     return find_pdk().plain_liberty("typical", REPO / "build" / "pdk_cache")
 
 
@@ -157,7 +149,6 @@ def equivalent(tmp: Path, liberty: Path, gold: Path, gate: Path, top: str) -> tu
 @pytest.fixture(scope="module")
 def placed_small_fanout(tmp_path_factory):
     """mac_sram placed with a fanout limit of 4, so that most of its nets are rebuilt."""
-    os.environ.setdefault("NANGATE45_PDK", PDK)
     base = tmp_path_factory.mktemp("repair")
     synthesize(DATA / "mac_sram", base / "synth")
     mp = pytest.MonkeyPatch()

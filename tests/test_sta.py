@@ -1,5 +1,4 @@
 """flow.sta on the synthesised test design: three corners, sane slack and period figures."""
-import os
 from pathlib import Path
 
 import pytest
@@ -8,12 +7,10 @@ from flow.sta import StaError, parse_paths, run_sta
 from flow.synth import synthesize
 
 DATA = Path(__file__).parent / "data"
-PDK = os.environ.get("NANGATE45_PDK", str(Path(__file__).resolve().parents[2] / "shared" / "pdk" / "nangate45"))
 
 
 @pytest.fixture(scope="module")
 def sta(tmp_path_factory):
-    os.environ.setdefault("NANGATE45_PDK", PDK)
     base = tmp_path_factory.mktemp("sta")
     synthesize(DATA / "mac_sram", base / "synth")
     return base, run_sta(base / "synth", base / "sta", ["slow", "typical", "fast"], 10.0)

@@ -1,6 +1,5 @@
 """flow.synth on small designs of tests/data: a MAC with macros, a design with an inferred memory."""
 import json
-import os
 import re
 from pathlib import Path
 
@@ -9,17 +8,10 @@ import pytest
 from flow.synth import SynthError, liberty_areas, read_filelist, synthesize
 
 DATA = Path(__file__).parent / "data"
-PDK = os.environ.get("NANGATE45_PDK", str(Path(__file__).resolve().parents[2] / "shared" / "pdk" / "nangate45"))
-
-
-@pytest.fixture(autouse=True)
-def pdk_env(monkeypatch):
-    monkeypatch.setenv("NANGATE45_PDK", PDK)
 
 
 @pytest.fixture(scope="module")
 def mac(tmp_path_factory):
-    os.environ.setdefault("NANGATE45_PDK", PDK)
     out = tmp_path_factory.mktemp("synth") / "synth"
     return out, synthesize(DATA / "mac_sram", out)
 
@@ -33,6 +25,21 @@ def test_netlist_uses_nangate45_cells(mac):
     assert "DFF_X1" in used
     assert "msh_sram #(" in netlist and "msh_rom #(" in netlist      # macros stay black-box instances
     assert not (out.parent / "synth.tmp").exists()
+
+
+def test_unchanged_inputs_reuse_the_result(mac, tmp_path):
+    out, r = mac
+    log = out / "yosys.log"
+    stamp = log.stat().st_mtime_ns
+    again = synthesize(DATA / "mac_sram", out)
+    assert again == r and log.stat().st_mtime_ns == stamp       # not synthesized a second time
+    rtl = tmp_path / "rtl"                                        # a changed source is synthesized again
+    rtl.mkdir()
+    for f in (DATA / "mac_sram").iterdir():
+        (rtl / f.name).write_bytes(f.read_bytes())
+    v = next(rtl.glob("*.v"))
+    v.write_text(v.read_text() + "\n// edited\n")
+    assert synthesize(rtl, tmp_path / "synth")["inputs_sha256"] != r["inputs_sha256"]
 
 
 def test_area_cells_and_macro_bits(mac):
