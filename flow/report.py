@@ -42,7 +42,10 @@ STAGES = {
     "orfs": ("orfs/orfs.json", "python -m flow.orfs --synth {build}/synth --rtl {build}/rtl --out {build}/orfs --run",
              ("area", "timing")),
     "bench": ("bench/bench.json", "make bench", ()),
+    "place_sta": ("place/sta/sta.json", "python -m flow.place --synth {build}/synth --out {build}/place",
+                  ("top", "period_ns", "corners")),
 }
+FLOW_MINUTES_GOAL = 30       # synthesis + STA at three corners + placement of the chip on 2 cores (flow issue)
 
 
 def load(build: Path) -> dict:
@@ -546,27 +549,50 @@ def _md_size(stages: dict, figs: list[dict]) -> list[str]:
     return md + _embed(figs, "size")
 
 
+def _worst_paths(corners: dict) -> list[str]:
+    """The worst corner's ten worst paths, and by how much each corner misses the clock (if it does)."""
+    worst = min(corners.items(), key=lambda kv: kv[1]["wns_ns"] if kv[1]["wns_ns"] is not None else 1e9)
+    missed = [f"{c} by {-v['wns_ns']:.3f} ns (TNS {v.get('tns_ns')} ns)" for c, v in corners.items()
+              if v["wns_ns"] is not None and v["wns_ns"] < 0]
+    md = [f"Misses the clock: {'; '.join(missed)}.", ""] if missed else []
+    if worst[1].get("paths"):
+        md += [f"Worst paths at the {worst[0]} corner:", "", "| slack ns | arrival ns | start | end |",
+               "|---|---|---|---|"]
+        md += [f"| {p['slack_ns']} | {p['arrival_ns']} | `{p['start']}` | `{p['end']}` |" for p in worst[1]["paths"]]
+        md += [""]
+    return md
+
+
 def _md_timing(stages: dict, figs: list[dict]) -> list[str]:
-    sta, place = stages["sta"]["data"], stages["place"]["data"]
+    sta, place, place_sta = stages["sta"]["data"], stages["place"]["data"], stages["place_sta"]["data"]
     md = ["## Timing", "", "### Pre-layout (OpenSTA)", ""]
     if sta:
         c = sta.get("constraints", {})
         md += [f"Clock {sta['period_ns']} ns on `{sta.get('clock')}`, I/O delays {c.get('io_delay_ns')} ns, wire load "
                f"{c.get('wire_load')}, macros: {c.get('macros')}.", ""] + _sta_table(sta["corners"])
-        worst = min(sta["corners"].items(), key=lambda kv: kv[1]["wns_ns"] if kv[1]["wns_ns"] is not None else 1e9)
-        if worst[1].get("paths"):
-            md += [f"Worst paths at the {worst[0]} corner:", "", "| slack ns | arrival ns | start | end |",
-                   "|---|---|---|---|"]
-            md += [f"| {p['slack_ns']} | {p['arrival_ns']} | `{p['start']}` | `{p['end']}` |" for p in worst[1]["paths"]]
-            md += [""]
+        md += _worst_paths(sta["corners"])
     else:
         md += [_not_run(stages, "sta"), ""]
     md += ["### After placement (OpenSTA with placed-wire parasitics)", ""]
     if place:
         md += _sta_table(place["sta"])
+        md += _worst_paths(place_sta["corners"]) if place_sta else []
     else:
         md += [_not_run(stages, "place"), ""]
     return md + _embed(figs, "timing")
+
+
+def _md_runtime(stages: dict) -> list[str]:
+    """Wall-clock time of synthesis, STA and placement of the design, against the flow's 30-minute goal."""
+    steps = [(k, stages[k]["data"].get("runtime_s") if stages[k]["data"] else None, stages[k]["command"])
+             for k in ("synth", "sta", "place")]
+    md = ["## Flow runtime", "", "| step | seconds | command |", "|---|---|---|"]
+    md += [f"| {k} | {_f(t, ',.0f')} | `{cmd}` |" for k, t, cmd in steps]
+    if all(t is not None for _, t, _ in steps):
+        total = sum(t for _, t, _ in steps)
+        verdict = "within" if total <= FLOW_MINUTES_GOAL * 60 else "over"
+        md += [f"| total | {total:,.0f} ({total / 60:.1f} min, {verdict} the {FLOW_MINUTES_GOAL}-minute goal) | |"]
+    return md + [""]
 
 
 def _md_place(stages: dict, figs: list[dict]) -> list[str]:
@@ -625,7 +651,7 @@ def markdown(stages: dict, figs: list[dict]) -> str:
     md += _md_sim(stages)
     md += ["## Speed (SPEC §8)", "", "tokens/s = 100 MHz / (RUN→DONE cycles of the long run / 48 positions).", ""]
     md += _embed(figs, "speed")
-    md += _md_size(stages, figs) + _md_timing(stages, figs) + _md_place(stages, figs)
+    md += _md_size(stages, figs) + _md_timing(stages, figs) + _md_place(stages, figs) + _md_runtime(stages)
     md += _md_blocks(stages) + _md_orfs(stages)
     return "\n".join(md) + "\n"
 

@@ -41,10 +41,13 @@ CHIP_SIM = {"schema": 1, "block": "chip", "top": "msh_chip_top", "verdict": "pas
             "lint": {"errors": 0, "warnings": 3}, "seed": 20260706,
             "command": "python -m verification.chip_sim --rtl build/rtl --out build/sim"}
 PLACE = {"top": "mac_sram", "period_ns": 10.0, "die": {"area_um2": 12_345.6}, "utilization": 0.6, "hpwl_um": 9876.5,
-         "cells_placed": 1283, "macros_placed": 1,
+         "cells_placed": 1283, "macros_placed": 1, "runtime_s": 1500.0,
          "sta": {c: {"wns_ns": w, "tns_ns": min(w, 0.0), "worst_hold_slack_ns": 0.1, "min_period_ns": 10 - w}
                  for c, w in (("slow", -1.25), ("typical", 6.5))},
          "files": {"placement_png": "mac_sram_placement.png", "png": "mac_sram.png"}}
+POST_PATH = {"start": "u/acc_reg[3]", "end": "u/y_reg[31]/D", "slack_ns": -1.25, "arrival_ns": 11.0}
+PLACE_STA = {**STA, "corners": {c: {**v, "wns_ns": PLACE["sta"][c]["wns_ns"], "tns_ns": PLACE["sta"][c]["tns_ns"],
+                                    "paths": [POST_PATH]} for c, v in STA["corners"].items()}}
 BLOCKS = {"schema": 1, "corners": ["typical", "slow"], "command": "python -m flow.blocks --blocks lut_unit mac_array",
           "blocks": [{"block": "lut_unit", "cells": 900, "area_um2": 2100.0, "sram_bits": 0, "rom_bits": 4096,
                       "wns_ns": {"typical": 6.1, "slow": 3.3}, "tests": {"status": "pass"}},
@@ -158,7 +161,7 @@ def test_bench_takes_precedence_over_sim(tmp_path):
 
 def test_place_and_blocks(tmp_path):
     build = _build(tmp_path, {"synth/synth.json": SYNTH, "sta/sta.json": STA, "place/place.json": PLACE,
-                              "blocks/blocks.json": BLOCKS, "place/mac_sram_placement.png": _png("tab:green"),
+                              "place/sta/sta.json": {**PLACE_STA, "runtime_s": 2.0}, "blocks/blocks.json": BLOCKS, "place/mac_sram_placement.png": _png("tab:green"),
                               "place/mac_sram.png": _png("tab:red")})
     out = tmp_path / "report"
     report = write_report(build, out)
@@ -170,6 +173,10 @@ def test_place_and_blocks(tmp_path):
     assert "die 0.0123 mm², utilization 0.600" in md and "HPWL 9,876 µm" in md
     assert "| mac_array | 5,000 | 9,100.0 | 8,192 | 0 | 5.200 | 1.900 | pass |" in md
     assert "| kda_engine | synth failed, see build/blocks/kda_engine/synth.log |" in md
+    post = md.split("### After placement")[1]                 # where and by how much placement misses
+    assert "Misses the clock: slow by 1.250 ns (TNS -1.25 ns)." in post
+    assert "| -1.25 | 11.0 | `u/acc_reg[3]` | `u/y_reg[31]/D` |" in post
+    assert "| sta | — |" in md and "| place | 1,500 |" in md          # STA of this build has no runtime: no total
     assert (out / "placement.png").read_bytes() == (build / "place" / "mac_sram_placement.png").read_bytes()
     assert {"placement.png", "layout.png"} <= {f["file"] for f in report["figures"]}
     slack = next(f for f in report["figures"] if f["file"] == "slack_by_corner.png")
@@ -218,3 +225,11 @@ def test_unreadable_input_is_reported(tmp_path, text, error):
 def test_figure_table_names_are_unique_pngs():
     assert all(name.endswith(".png") and section in {"speed", "size", "timing", "placement"}
                for name, (section, _) in FIGURES.items())
+
+
+def test_flow_runtime_is_summed_against_the_goal(tmp_path):
+    build = _build(tmp_path, {"synth/synth.json": {**SYNTH, "runtime_s": 900.0}, "sta/sta.json": {**STA, "runtime_s": 120.0},
+                              "place/place.json": PLACE})
+    write_report(build, tmp_path / "report")
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert "| total | 2,520 (42.0 min, over the 30-minute goal) | |" in md
