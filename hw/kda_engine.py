@@ -55,6 +55,7 @@ from amaranth.lib.data import ArrayLayout, StructLayout
 from amaranth.lib.wiring import In, Out
 
 from hw.lut_unit import ApplyMant, KdaDecay, Rsqrt, Sigmoid, clamp, delay, round_shift_const
+from hw.params import int_in, pow2_at_least
 from nano_k3 import fxp_math
 from nano_k3.config import L2_EPS, RMS_EPS
 from nano_k3.fxp_ops import ALPHA, SQ_FRAC, UNIT, P, S, X
@@ -76,10 +77,6 @@ class Sel(enum.IntEnum):
     Z = 5
 
 
-def _int_in(name, value, lo, hi):
-    if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
-        raise ValueError(f"{name} must be an integer in {lo}..{hi}, got {value!r}")
-
 
 def _bytes(bits: int) -> int:
     return -(-bits // 8) * 8
@@ -95,12 +92,11 @@ class KdaParams:
     max_layers: int = 2
 
     def __post_init__(self) -> None:
-        _int_in("heads", self.heads, 1, 16)
-        _int_in("dh", self.dh, 2, 256)
-        if self.dh & (self.dh - 1):
-            raise ValueError(f"dh must be a power of two (the RMS mean is a shift), got {self.dh}")
-        _int_in("conv_k", self.conv_k, 2, 8)
-        _int_in("max_layers", self.max_layers, 1, 64)
+        int_in("heads", self.heads, 1, 16)
+        int_in("dh", self.dh, 2, 256)
+        pow2_at_least("dh", self.dh, 2, "the RMS mean is a shift")
+        int_in("conv_k", self.conv_k, 2, 8)
+        int_in("max_layers", self.max_layers, 1, 64)
 
     @property
     def width(self) -> int:

@@ -12,17 +12,13 @@ from nano_k3 import fxp_math, luts
 from nano_k3.fixed import mla_score_const
 from nano_k3.fxp_ops import P, T, X
 
-from hw.params import signed_bits
+from hw.params import int_in, signed_bits
 
 C_FRAC = fxp_math.C_FRAC      # fractional bits of the score constant (mla_score_const, to_log2)
 MANT_FRAC = fxp_math.MANT_FRAC
 # softmax_combine rounds the numerator sum e*v to X.frac fractional bits before the reciprocal.
 NUM_FRAC = X.frac
 
-
-def _int_in(name: str, value: object, lo: int, hi: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
-        raise ValueError(f"{name} must be an integer in {lo}..{hi}, got {value!r}")
 
 
 def _rs(v: int, s: int) -> int:
@@ -54,11 +50,11 @@ class MlaParams:
     lanes: int = 16        # elements per cache word = parallel multipliers
 
     def __post_init__(self) -> None:
-        _int_in("max_heads", self.max_heads, 1, 64)
+        int_in("max_heads", self.max_heads, 1, 64)
         for f in ("max_dk", "max_dr", "max_dv"):
-            _int_in(f, getattr(self, f), 1, 4096)
-        _int_in("max_seq", self.max_seq, 2, 1 << 16)
-        _int_in("lanes", self.lanes, 1, 128)
+            int_in(f, getattr(self, f), 1, 4096)
+        int_in("max_seq", self.max_seq, 2, 1 << 16)
+        int_in("lanes", self.lanes, 1, 128)
         if self.lanes & (self.lanes - 1):
             raise ValueError(f"lanes must be a power of two (word index = element >> log2 lanes), got {self.lanes}")
         if self.out_shift_min < 1:

@@ -40,15 +40,12 @@ from amaranth.lib.data import StructLayout
 from amaranth.lib.wiring import In, Out
 
 from hw.lut_unit import ApplyMant, Recip, Sigmoid, delay
+from hw.params import int_in
 from nano_k3.fixed import Q4_11, ROUTER_SCALE_FRAC, ROUTER_SCALE_Q24
 from nano_k3.fxp_ops import RW, P, X
 
 BIAS_BITS = 16              # moe.bias is int16 Q4.11 (SPEC §4.4)
 
-
-def _int_in(name: str, value: object, lo: int, hi: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
-        raise ValueError(f"{name} must be an integer in {lo}..{hi}, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -59,8 +56,8 @@ class MoeRouterParams:
     max_top_k: int = 4
 
     def __post_init__(self) -> None:
-        _int_in("max_experts", self.max_experts, 2, 256)
-        _int_in("max_top_k", self.max_top_k, 1, self.max_experts)
+        int_in("max_experts", self.max_experts, 2, 256)
+        int_in("max_top_k", self.max_top_k, 1, self.max_experts)
 
     # Derived widths (from the formats of nano_k3.fxp_ops, never hard-coded) ---------------------
     @property

@@ -34,6 +34,7 @@ from amaranth.lib.data import StructLayout
 from amaranth.lib.wiring import In, Out
 
 from hw.lut_unit import ApplyMant, Rsqrt, clamp, delay, leading_one, round_shift_const
+from hw.params import pow2_at_least
 from nano_k3 import fxp_math
 from nano_k3.config import L2_EPS, RMS_EPS
 from nano_k3.fxp_ops import SQ_FRAC, UNIT, X
@@ -59,8 +60,7 @@ class NormParams:
     rom_dir: str = "roms"
 
     def __post_init__(self) -> None:
-        if not isinstance(self.max_len, int) or self.max_len < 2 or self.max_len & (self.max_len - 1):
-            raise ValueError(f"max_len must be a power of two >= 2, got {self.max_len!r}")
+        pow2_at_least("max_len", self.max_len, 2)
         if not isinstance(self.v_bits, int) or not 2 <= self.v_bits <= 32:
             raise ValueError(f"v_bits must be an integer in 2..32, got {self.v_bits!r}")
         if not isinstance(self.v_frac, int) or not 0 <= self.v_frac < self.v_bits or 2 * self.v_frac < SQ_FRAC:

@@ -34,9 +34,16 @@ def signed_bits(lo: int, hi: int) -> int:
     return bits
 
 
-def _int_in(name: str, value: object, lo: int, hi: int) -> None:
+def int_in(name: str, value: object, lo: int, hi: int) -> None:
+    """Raises ValueError naming ``name`` unless ``value`` is an integer (not a bool) in ``lo..hi``."""
     if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
         raise ValueError(f"{name} must be an integer in {lo}..{hi}, got {value!r}")
+
+
+def pow2_at_least(name: str, value: object, lo: int, why: str = "") -> None:
+    """Raises ValueError naming ``name`` unless ``value`` is a power-of-two integer >= ``lo``."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < lo or value & (value - 1):
+        raise ValueError(f"{name} must be a power of two >= {lo}{' (' + why + ')' if why else ''}, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -57,16 +64,16 @@ class ChipParams:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.isidentifier():
             raise ValueError(f"name must be an identifier-like string, got {self.name!r}")
-        _int_in("mac_lanes", self.mac_lanes, 1, 256)
+        int_in("mac_lanes", self.mac_lanes, 1, 256)
         if self.mac_lanes & (self.mac_lanes - 1):
             raise ValueError(f"mac_lanes must be a power of two (bytes of a memory beat), got {self.mac_lanes}")
-        _int_in("act_bits", self.act_bits, 2, 32)
-        _int_in("scale_bits", self.scale_bits, 2, 32)
-        _int_in("scale_frac", self.scale_frac, 0, self.scale_bits - 1)
-        _int_in("zero_bits", self.zero_bits, NIBBLE_BITS, 8)
-        _int_in("max_fan_in", self.max_fan_in, 2, 1 << 16)
-        _int_in("mem_max_inflight", self.mem_max_inflight, 2, 1024)
-        _int_in("mem_len_bits", self.mem_len_bits, 8, 32)
+        int_in("act_bits", self.act_bits, 2, 32)
+        int_in("scale_bits", self.scale_bits, 2, 32)
+        int_in("scale_frac", self.scale_frac, 0, self.scale_bits - 1)
+        int_in("zero_bits", self.zero_bits, NIBBLE_BITS, 8)
+        int_in("max_fan_in", self.max_fan_in, 2, 1 << 16)
+        int_in("mem_max_inflight", self.mem_max_inflight, 2, 1024)
+        int_in("mem_len_bits", self.mem_len_bits, 8, 32)
         if self.max_fan_in % 2:
             raise ValueError(f"max_fan_in must be even (two int4 rows per byte), got {self.max_fan_in}")
         if (isinstance(self.clock_ns, bool) or not isinstance(self.clock_ns, (int, float))

@@ -22,6 +22,7 @@ from amaranth.lib.data import StructLayout
 from amaranth.lib.wiring import In, Out
 
 from hw.lut_unit import Exp2Neg, clamp, delay, round_shift_const
+from hw.params import pow2_at_least
 from nano_k3 import fxp_math
 from nano_k3.fxp_ops import P, T, X
 
@@ -35,8 +36,7 @@ class SoftmaxParams:
     rom_dir: str = "roms"
 
     def __post_init__(self) -> None:
-        if not isinstance(self.max_len, int) or self.max_len < 2 or self.max_len & (self.max_len - 1):
-            raise ValueError(f"max_len must be a power of two >= 2, got {self.max_len!r}")
+        pow2_at_least("max_len", self.max_len, 2)
         if not isinstance(self.s_bits, int) or not 2 <= self.s_bits <= 40:
             raise ValueError(f"s_bits must be an integer in 2..40, got {self.s_bits!r}")
         if not isinstance(self.s_frac, int) or not 0 <= self.s_frac <= 48:
