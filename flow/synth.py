@@ -9,7 +9,7 @@ environment supplies them, SPEC_NANO_KPU.md section 5); every other inferred mem
 Hierarchy: the design is synthesised hierarchically (no ``flatten``), so each Verilog module is
 mapped on its own and ``stat`` reports its cells. The breakdown in ``synth.json`` is computed from
 that: per module its own cells and area, per instance path the area including everything below it
-("engines" = the top module's direct children). ``--flatten`` maps the design as one module, as the
+("engines" = the top module's direct children, or those of the single instance that wraps them all). ``--flatten`` maps the design as one module, as the
 benchmark does; it optimises across module boundaries but leaves only the top in the breakdown.
 
 Yosys runs in a child process (``--worker``): a large design's memory is returned to the system when
@@ -399,12 +399,15 @@ def build_result(rtl: RtlInput, stage: Path, liberty: Path, pdk, flatten: bool, 
     macro_bits = sum(m["bits"] for m in macros)
     macro_area = sum(m["area_um2"] for m in macros)
     total = logic_area + macro_area
-    top_children = [i for i in instances if i["depth"] == 1]
+    # The engines: the children of the top, or of the one instance that wraps them all (msh_chip_top.core).
+    parent, depth = instances[0], 1
+    while len(kids := [i for i in instances if i["depth"] == depth and i["path"].startswith(parent["path"] + ".")]) == 1:
+        parent, depth = kids[0], depth + 1
     engines = [{"name": i["path"].split(".", 1)[1], "module": i["module"], "area_um2": i["area_um2"],
-                "cells": i["cells"]} for i in top_children]
-    glue = modules[rtl.top]
-    engines.append({"name": "(top-level logic)", "module": rtl.top, "area_um2": glue["own_area_um2"],
-                    "cells": glue["own_cells"]})
+                "cells": i["cells"]} for i in kids]
+    glue = modules[parent["module"]]
+    engines.append({"name": "(top-level logic)" if depth == 1 else f"({parent['path'].split('.', 1)[1]} own logic)",
+                    "module": parent["module"], "area_um2": glue["own_area_um2"], "cells": glue["own_cells"]})
     engines.sort(key=lambda e: -e["area_um2"])
     return {
         "schema": "nano-k3/synth/1",
