@@ -554,7 +554,7 @@ def _read_lefs(pdk) -> Lef:
     return lef
 
 
-def place(synth: Path, out: Path, utilization: float = 0.6, effort: int = 3, corners: list[str] | None = None,
+def place(synth: Path, out: Path, utilization: float = 0.6, effort: int = 1, corners: list[str] | None = None,
           period_ns: float = 10.0, clock: str = "clk", picture: bool = True,
           cache: Path = REPO / "build" / "pdk_cache", repair_fanout: bool = True) -> dict:
     t_start = time.monotonic()
@@ -746,7 +746,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--synth", type=Path, default=Path("build/synth"), help="folder with synth.json")
     ap.add_argument("--out", type=Path, default=Path("build/place"))
     ap.add_argument("--utilization", type=float, default=0.6, help="standard-cell area / row area")
-    ap.add_argument("--effort", type=int, default=3, help="coloquinte effort 1..9")
+    ap.add_argument("--effort", type=int, default=1, help="coloquinte effort 1..9 (1: the chip, 1.5M cells, in the least time)")
     ap.add_argument("--corners", nargs="+", default=list(CORNERS), choices=CORNERS)
     ap.add_argument("--period", type=float, default=10.0, help="clock period in ns")
     ap.add_argument("--clock", default="clk")

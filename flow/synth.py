@@ -38,6 +38,7 @@ from pdk_config.nangate45 import BUFFER, DONT_USE, TIE_HI, TIE_LO
 
 REPO = Path(__file__).resolve().parent.parent
 MACROS = ("msh_sram", "msh_rom")
+FA_MAP = Path(__file__).resolve().parent / "techmap" / "fa_map.v"
 # Price of on-chip storage (SPEC_NANO_KPU.md section 5): bits / 2^20 x 1e6 um^2.
 UM2_PER_MIBIT = 1_000_000.0
 AREA_BUDGET_UM2 = 4_000_000.0         # SPEC section 9: 4.0 mm^2, logic + macros
@@ -180,7 +181,10 @@ def _script_steps(job: dict) -> list[tuple[str, list[str]]]:
         ("generic synthesis (proc, opt, memory -nomap, alumacc)",
          [f"hierarchy -top {top}", "proc -norom", f"synth -top {top}{flat} -run :fine"]),
         ("check for inferred memories", ["<memory-check>"]),
-        ("fine synthesis (techmap to gates)", [f"synth -top {top}{flat} -run fine:check -noabc"]),
+        # synth's `fine` steps, with maccmap's full adders put on FA_X1 / HA_X1 cells (flow/techmap/fa_map.v)
+        ("fine synthesis (techmap to gates)", ["opt -fast -full", "memory_map", "opt -full", "maccmap",
+                                               f"techmap -map {FA_MAP}", "techmap", "opt -fast",
+                                               "hierarchy -check", "check"]),
         ("map flip-flops (dfflibmap)", [f"dfflibmap -liberty {lib} {dont_use}", "opt -purge"]),
         ("map logic (abc)", [f"abc -liberty {lib} {dont_use} -D {job['abc_period_ps']} -constr {job['out']}/abc.constr "
                              f"-script {job['out']}/abc.script", "opt_clean"]),
@@ -484,7 +488,7 @@ def _log_errors(log: Path) -> str:
 def _inputs_key(job: dict, rtl: RtlInput, liberty: Path) -> str:
     """A digest of everything the netlist depends on: the Verilog, the liberty, the options and this script."""
     h = hashlib.sha256(json.dumps({k: v for k, v in job.items() if k != "out"}, sort_keys=True).encode())
-    for f in (*rtl.files, liberty, Path(__file__)):
+    for f in (*rtl.files, liberty, Path(__file__), FA_MAP):
         h.update(f.read_bytes())
     return h.hexdigest()
 
