@@ -1,6 +1,6 @@
 """Placement of the synthesised netlist on Nangate45 rows with coloquinte, then post-placement timing.
 
-    python -m flow.place [--synth build/synth] [--out build/place] [--utilization 0.6] [--effort 3]
+    python -m flow.place [--synth build/synth] [--out build/place] [--utilization 0.6] [--effort 1]
 
 Steps (ARCHITECTURE.md, "Physical implementation"):
 
