@@ -75,8 +75,12 @@ class NetPins:
     y: list[float]
 
 
-_PLAIN = re.compile(r"[A-Za-z0-9_]")
+_SPECIAL = re.compile(r"[^A-Za-z0-9_]")
 _BUS = re.compile(r"^(.*?)(\[\d+\])$")
+
+
+def _esc(text: str) -> str:
+    return _SPECIAL.sub(r"\\\g<0>", text)
 
 
 def spef_escape(name: str, flat: bool = False, bus: bool = True) -> str:
@@ -87,7 +91,7 @@ def spef_escape(name: str, flat: bool = False, bus: bool = True) -> str:
     if flat:
         m = _BUS.match(name) if bus else None
         base, index = (m.group(1), m.group(2)) if m else (name, "")
-        return "".join(c if _PLAIN.match(c) else "\\" + c for c in base) + index
+        return _esc(base) + index
     parts = name.split("/")
     out = []
     for i, part in enumerate(parts):
@@ -95,7 +99,7 @@ def spef_escape(name: str, flat: bool = False, bus: bool = True) -> str:
         m = _BUS.match(part) if i == len(parts) - 1 else None
         if m:
             part, bus = m.group(1), m.group(2)
-        out.append("".join(c if _PLAIN.match(c) else "\\" + c for c in part) + bus)
+        out.append(_esc(part) + bus)
     return "/".join(out)
 
 
