@@ -35,7 +35,7 @@ sta: synth
 report: $(STAMP)
 	$(PY) -m flow.report --build $(BUILD)
 
-demo: sim sta
+demo: sim sta place
 	$(PY) -m flow.report --build $(BUILD) --brief
 
 blocks: $(STAMP)

@@ -15,7 +15,7 @@ benchmark does; it optimises across module boundaries but leaves only the top in
 Yosys runs in a child process (``--worker``): a large design's memory is returned to the system when
 it ends, and a Yosys ``ERROR`` (which exits the process) cannot take the caller down. All outputs
 are written into ``<out>.tmp`` and replace ``<out>`` only when everything succeeded. A result made
-from the same inputs (Verilog, liberty, options and this script, digested into ``inputs_sha256``)
+from the same inputs (Verilog, liberty, options, Yosys/ABC scripts, digested into ``inputs_sha256``)
 is reused: ``make sta`` / ``make place`` after ``make synth`` do not map the chip a second time.
 """
 from __future__ import annotations
@@ -39,6 +39,14 @@ from pdk_config.nangate45 import BUFFER, DONT_USE, TIE_HI, TIE_LO
 REPO = Path(__file__).resolve().parent.parent
 MACROS = ("msh_sram", "msh_rom")
 FA_MAP = Path(__file__).resolve().parent / "techmap" / "fa_map.v"
+RESULT_SCHEMA = "nano-k3/synth/1"      # the layout of synth.json: change it when that changes
+# `--full-adders`: synth's `fine` steps with maccmap's full adders put on FA_X1 / HA_X1 cells
+# (flow/techmap/fa_map.v). Measured on msh_chip_top: 30 % fewer cells (1.06M), mapping in 9 instead of
+# 14 min, but 9 % more logic area, and the slow corner misses 10 ns before placement (-2.8 ns): ABC
+# sizes and buffers only its own gates, so a partial-product net fanning out to many FA_X1 inputs
+# (sign extension) stays on one X1 driver. Off by default.
+FULL_ADDER_STEPS = ["opt -fast -full", "memory_map", "opt -full", "maccmap", f"techmap -map {FA_MAP}", "techmap",
+                    "opt -fast", "hierarchy -check", "check"]
 # Price of on-chip storage (SPEC_NANO_KPU.md section 5): bits / 2^20 x 1e6 um^2.
 UM2_PER_MIBIT = 1_000_000.0
 AREA_BUDGET_UM2 = 4_000_000.0         # SPEC section 9: 4.0 mm^2, logic + macros
@@ -181,10 +189,8 @@ def _script_steps(job: dict) -> list[tuple[str, list[str]]]:
         ("generic synthesis (proc, opt, memory -nomap, alumacc)",
          [f"hierarchy -top {top}", "proc -norom", f"synth -top {top}{flat} -run :fine"]),
         ("check for inferred memories", ["<memory-check>"]),
-        # synth's `fine` steps, with maccmap's full adders put on FA_X1 / HA_X1 cells (flow/techmap/fa_map.v)
-        ("fine synthesis (techmap to gates)", ["opt -fast -full", "memory_map", "opt -full", "maccmap",
-                                               f"techmap -map {FA_MAP}", "techmap", "opt -fast",
-                                               "hierarchy -check", "check"]),
+        ("fine synthesis (techmap to gates)", FULL_ADDER_STEPS if job["full_adders"]
+         else [f"synth -top {top}{flat} -run fine:check -noabc"]),
         ("map flip-flops (dfflibmap)", [f"dfflibmap -liberty {lib} {dont_use}", "opt -purge"]),
         ("map logic (abc)", [f"abc -liberty {lib} {dont_use} -D {job['abc_period_ps']} -constr {job['out']}/abc.constr "
                              f"-script {job['out']}/abc.script", "opt_clean"]),
@@ -386,7 +392,8 @@ def _versions() -> dict:
     return v
 
 
-def build_result(rtl: RtlInput, stage: Path, liberty: Path, pdk, flatten: bool, runtime_s: float) -> dict:
+def build_result(rtl: RtlInput, stage: Path, liberty: Path, pdk, flatten: bool, full_adders: bool,
+                 runtime_s: float) -> dict:
     summary = json.loads((stage / "design.json").read_text())
     areas = liberty_areas(liberty)
     modules, instances, macros = _walk(summary, areas, rtl.top)
@@ -414,13 +421,14 @@ def build_result(rtl: RtlInput, stage: Path, liberty: Path, pdk, flatten: bool, 
                     "module": parent["module"], "area_um2": glue["own_area_um2"], "cells": glue["own_cells"]})
     engines.sort(key=lambda e: -e["area_um2"])
     return {
-        "schema": "nano-k3/synth/1",
+        "schema": RESULT_SCHEMA,
         "top": rtl.top,
         "rtl": {"dir": str(rtl.rtl_dir), "config_sha256": rtl.config_sha256, "filelist": str(rtl.filelist),
                 "files": [str(f) for f in rtl.files], "config": rtl.config},
         "pdk": {"root": str(pdk.root), "found_by": pdk.found_by, "corner": CORNER, "liberty": str(liberty),
                 "dont_use": list(DONT_USE)},
-        "options": {"flatten": flatten, "abc_delay_target_ps": ABC_PERIOD_PS, "hierarchy": "flat" if flatten
+        "options": {"flatten": flatten, "full_adders": full_adders, "abc_delay_target_ps": ABC_PERIOD_PS,
+                    "hierarchy": "flat" if flatten
                     else "hierarchical: each module mapped on its own; breakdown by module and instance path"},
         "area": {
             "logic_um2": round(logic_area, 3),
@@ -486,9 +494,12 @@ def _log_errors(log: Path) -> str:
 
 
 def _inputs_key(job: dict, rtl: RtlInput, liberty: Path) -> str:
-    """A digest of everything the netlist depends on: the Verilog, the liberty, the options and this script."""
-    h = hashlib.sha256(json.dumps({k: v for k, v in job.items() if k != "out"}, sort_keys=True).encode())
-    for f in (*rtl.files, liberty, Path(__file__), FA_MAP):
+    """A digest of everything the netlist and its report depend on: the Verilog, the liberty, the options,
+    the Yosys and ABC scripts and the result schema."""
+    script = [(title, [c.replace(job["out"], "<out>") for c in cmds]) for title, cmds in _script_steps(job)]
+    h = hashlib.sha256(json.dumps([RESULT_SCHEMA, {k: v for k, v in job.items() if k != "out"}, script,
+                                   ABC_SCRIPT, ABC_CONSTR, MACRO_STUBS], sort_keys=True).encode())
+    for f in (*rtl.files, liberty, FA_MAP):
         h.update(f.read_bytes())
     return h.hexdigest()
 
@@ -506,7 +517,7 @@ def _up_to_date(out: Path, key: str) -> dict | None:
     return prev
 
 
-def synthesize(rtl_dir: Path, out: Path, top: str | None = None, flatten: bool = False,
+def synthesize(rtl_dir: Path, out: Path, top: str | None = None, flatten: bool = False, full_adders: bool = False,
                cache: Path = REPO / "build" / "pdk_cache") -> dict:
     try:
         pdk = find_pdk()
@@ -516,21 +527,21 @@ def synthesize(rtl_dir: Path, out: Path, top: str | None = None, flatten: bool =
     liberty = pdk.plain_liberty(CORNER, cache).resolve()
     out = Path(out)
     stage = out.with_name(out.name + ".tmp")
+    job = {"top": rtl.top, "files": [str(f) for f in rtl.files], "include_dirs": [str(d) for d in rtl.include_dirs],
+           "defines": list(rtl.defines), "liberty": str(liberty), "dont_use": list(DONT_USE),
+           "flatten": flatten, "full_adders": full_adders, "abc_period_ps": ABC_PERIOD_PS, "out": str(stage.resolve())}
+    key = _inputs_key(job, rtl, liberty)
+    done = _up_to_date(out, key)
+    if done is not None:
+        progress(f"{rtl.top}: up to date ({out / 'synth.json'} has the same inputs: RTL, liberty, options, "
+                 f"scripts); remove {out} to synthesize again")
+        return done
     if stage.exists():
         shutil.rmtree(stage)
     stage.mkdir(parents=True)
     (stage / "macro_stubs.v").write_text(MACRO_STUBS)
     (stage / "abc.script").write_text(ABC_SCRIPT)
     (stage / "abc.constr").write_text(ABC_CONSTR)
-    job = {"top": rtl.top, "files": [str(f) for f in rtl.files], "include_dirs": [str(d) for d in rtl.include_dirs],
-           "defines": list(rtl.defines), "liberty": str(liberty), "dont_use": list(DONT_USE),
-           "flatten": flatten, "abc_period_ps": ABC_PERIOD_PS, "out": str(stage.resolve())}
-    key = _inputs_key(job, rtl, liberty)
-    done = _up_to_date(out, key)
-    if done is not None:
-        progress(f"{rtl.top}: up to date ({out / 'synth.json'} has the same inputs: RTL, liberty, script); "
-                 f"remove {out} to synthesize again")
-        return done
     (stage / "job.json").write_text(json.dumps(job, indent=1))
     progress(f"{rtl.top}: {len(rtl.files)} file(s) from {rtl.filelist}; log: {out / 'yosys.log'}")
     t0 = time.monotonic()
@@ -550,7 +561,7 @@ def synthesize(rtl_dir: Path, out: Path, top: str | None = None, flatten: bool =
             raise SynthError(f"cells left unmapped to Nangate45: {detail['unmapped_cells']} (see {stage}/yosys.log)")
         raise SynthError(f"Yosys failed (exit {proc.returncode}); log {stage / 'yosys.log'}:\n"
                          + _log_errors(stage / "yosys.log"))
-    result = build_result(rtl, stage, liberty, pdk, flatten, runtime)
+    result = build_result(rtl, stage, liberty, pdk, flatten, full_adders, runtime)
     result["inputs_sha256"] = key
     (stage / "synth.json").write_text(json.dumps(result, indent=1) + "\n")
     (stage / "synth.txt").write_text(summary_text(result))
@@ -566,11 +577,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path("build/synth"))
     ap.add_argument("--top", help="top module (default: 'top' of config.json)")
     ap.add_argument("--flatten", action="store_true", help="map the design flat (no per-module breakdown)")
+    ap.add_argument("--full-adders", action="store_true",
+                    help="adders of multipliers and sums on FA_X1/HA_X1: ~30%% fewer cells, ~9%% more area, "
+                         "high-fanout nets ABC does not buffer (see FULL_ADDER_STEPS)")
     ap.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
         return worker(args.worker)
-    return report_stage("flow.synth", SynthError, lambda: synthesize(args.rtl, args.out, args.top, args.flatten),
+    return report_stage("flow.synth", SynthError, lambda: synthesize(args.rtl, args.out, args.top, args.flatten,
+                                                                               args.full_adders),
                         summary_text, lambda r: [args.out / "synth.json", args.out / r["files"]["netlist"]])
 
 

@@ -91,3 +91,12 @@ def test_filelist_rejects_unknown_options(tmp_path):
     (tmp_path / "x.f").write_text("// comment\n+incdir+.\na.v\n-y lib\n")
     with pytest.raises(SynthError, match=r"x.f:4: option '-y lib'"):
         read_filelist(tmp_path / "x.f")
+
+
+def test_full_adders_option_maps_adders_to_fa_cells(mac, tmp_path):
+    _, r = mac
+    fa = synthesize(DATA / "mac_sram", tmp_path / "synth", full_adders=True)
+    assert fa["options"]["full_adders"] is True and r["options"]["full_adders"] is False
+    netlist = (tmp_path / "synth" / "mac_sram.v").read_text()
+    assert re.search(r"^\s*(FA_X1|HA_X1) ", netlist, re.M)
+    assert fa["inputs_sha256"] != r["inputs_sha256"]

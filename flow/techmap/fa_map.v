@@ -1,4 +1,4 @@
-// Yosys techmap: the full adders of `maccmap` (the carry-save trees of multipliers and multi-operand sums)
+// Yosys techmap (flow.synth --full-adders): the full adders of `maccmap` (the carry-save trees of multipliers and multi-operand sums)
 // onto Nangate45's FA_X1 / HA_X1 cells, one cell instead of the five gates of techmap.v's `_90_fa`.
 // A bit with a constant input is left to generic logic (the optimiser folds it); a bit whose third input
 // is constant 0 is a half adder.
