@@ -35,3 +35,14 @@ def report_stage(prog: str, error: type[Exception], run: Callable[[], R], summar
     print(summary(result), end="")
     print("wrote " + ", ".join(str(p) for p in written(result)))
     return 0
+
+
+def die_with_parent() -> None:
+    """In a worker process (Yosys in pyosys): end when the process that started it ends, so that a stopped
+    `make synth` / `make place` does not leave a worker holding gigabytes. Linux only; elsewhere a no-op."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)

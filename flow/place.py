@@ -39,7 +39,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from flow.cli import publish, report_stage
+from flow.cli import die_with_parent, publish, report_stage
 from flow.lefdef import DefComponent, DefPin, DefRow, Lef, LefError, read_lef, write_def
 from flow.macro_map import MACRO_HALO_UM, MacroMapError, Mapping, macro_sizes, map_instance, table
 from flow.parasitics import NetPins, RcModel, spef_header, steiner_factor, write_dnet
@@ -755,6 +755,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--flatten-worker", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.flatten_worker:
+        die_with_parent()
         return flatten_worker(args.flatten_worker)
     return report_stage("flow.place", PlaceError,
                         lambda: place(args.synth, args.out, args.utilization, args.effort, args.corners, args.period,

@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from flow.cli import publish, report_stage
+from flow.cli import die_with_parent, publish, report_stage
 from pdk_config import PdkError, find_pdk
 from pdk_config.nangate45 import BUFFER, DONT_USE, TIE_HI, TIE_LO
 
@@ -583,6 +583,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
+        die_with_parent()
         return worker(args.worker)
     return report_stage("flow.synth", SynthError, lambda: synthesize(args.rtl, args.out, args.top, args.flatten,
                                                                                args.full_adders),
