@@ -272,3 +272,14 @@ def test_mem_engine_cocotb(mode):
         if "THROUGHPUT" in line or "memory stats" in line:
             print(line.strip())
     assert result.passed and result.n_tests == 7, f"{result.n_failed} of {result.n_tests} failed"
+
+
+def test_mem_engine_lint():
+    """verilator --lint-only -Wall of the emitted engine: no errors and no warnings."""
+    from hw.params import preset
+    from rtl_gen.emit import emit, read_filelist
+    from verification.runner import REPO, lint
+
+    rtl = emit("mem_engine", REPO / "build" / "rtl" / "mem_engine", preset("nano"))
+    res = lint(read_filelist(rtl.filelist), rtl.top)
+    assert res.errors == 0 and res.warnings == 0, res.output
