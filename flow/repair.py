@@ -209,7 +209,8 @@ def repair(module: dict, cell_xy: dict[str, tuple[float, float]], port_xy: dict[
            caps: dict[tuple[str, str], float], areas: dict[str, float], c_per_um: float, steiner,
            clock_bits: set[int], progress=lambda msg: None) -> RepairResult:
     """Rebuilds, in ``module`` (a flat Yosys JSON module, edited in place), every logical net with more than
-    ``MAX_FANOUT`` sinks as a clustered buffer tree. ``cell_xy``: placed centre of every cell (um);
+    ``MAX_FANOUT`` sinks as a clustered buffer tree. ``cell_xy``: placed centre of every cell (um); a sink
+    without one (an instance outside the placement, such as an ``msh_rom``) is wired to the net's driver;
     ``port_xy``: position per port bit."""
     net = _Netlist.of(module)
     builder = TreeBuilder(caps, c_per_um, steiner)
@@ -227,11 +228,14 @@ def repair(module: dict, cell_xy: dict[str, tuple[float, float]], port_xy: dict[
             trees.append((root, net.source(root), leaves, bufs))      # sources before anything is removed
     for root, source, leaves, bufs in trees:
         res.largest_fanout = max(res.largest_fanout, len(leaves))
-        sinks = []
+        sinks, unplaced = [], []
         for key, pin, j in leaves:
+            if key not in cell_xy:                 # no position (an msh_rom, mapped to logic elsewhere):
+                unplaced.append((key, pin, j))     # it stays on the net's driver
+                continue
             x, y = cell_xy[key]
             sinks.append(_Node(x, y, caps.get((net.cells[key]["type"], pin), DEFAULT_PIN_CAP_FF), sink=(key, pin, j)))
-        top = builder.build(sinks)
+        top = (builder.build(sinks) if sinks else []) + [_Node(0.0, 0.0, 0.0, sink=leaf) for leaf in unplaced]
         for key in bufs:
             c = net.cells.pop(key)
             res.removed_bits.add(c["connections"]["Z"][0])

@@ -94,6 +94,18 @@ def test_verify_catches_a_wrong_connection(liberty):
         verify(module, res)
 
 
+def test_sink_without_a_position_stays_on_the_driver(liberty):
+    """An instance outside the placement (an msh_rom, mapped to logic elsewhere) on a rebuilt net."""
+    module = chain_module(60)
+    module["cells"]["rom"] = {"type": "msh_rom_16x8", "port_directions": {"raddr1": "input", "rdata1": "output"},
+                              "connections": {"raddr1": [10], "rdata1": [5000]}}
+    xy = {k: (float(i), 0.0) for i, k in enumerate(module["cells"]) if k != "rom"}
+    res = repair(module, xy, {2: (0, 0), 3: (0, 0), 4: (0, 0)}, input_caps(liberty.read_text()),
+                 liberty_areas(liberty), 0.2, steiner_factor, {2})
+    verify(module, res)
+    assert res.nets_repaired == 1 and module["cells"]["rom"]["connections"]["raddr1"] == [10]
+
+
 def test_clock_net_is_left_alone(liberty):
     module = chain_module(5)
     for k in range(40):
