@@ -33,7 +33,7 @@ sta: synth
 	$(PY) -m flow.sta --synth $(BUILD)/synth --out $(BUILD)/sta
 
 report: $(STAMP)
-	$(PY) -m flow.report --build $(BUILD)
+	$(PY) -m flow.report --build $(BUILD) --out $(BUILD)/report
 
 demo: sim sta place
 	$(PY) -m flow.report --build $(BUILD) --brief
