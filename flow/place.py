@@ -95,6 +95,7 @@ def flatten(netlist: Path, top: str, liberty: Path, stage: Path) -> dict:
     if proc.returncode != 0:
         tail = (stage / "flatten.log").read_text(errors="replace").splitlines()[-10:]
         raise PlaceError(f"Yosys could not flatten {netlist} (exit {proc.returncode}):\n" + "\n".join(tail))
+    progress(f"reading the flat netlist ({(stage / 'flat.json').stat().st_size / 1e6:,.0f} MB of Yosys JSON) ...")
     flat = json.loads((stage / "flat.json").read_text())
     (stage / "flat.json").unlink()                # large and derived: not kept
     return flat["modules"][top]
@@ -591,6 +592,7 @@ def place(synth: Path, out: Path, utilization: float = 0.6, effort: int = 1, cor
     liberty = pdk.plain_liberty("typical", cache)
     module = flatten(netlist, top, liberty, stage)
     sizes = macro_sizes(pdk.fakerams)
+    progress(f"placement objects for {len(module['cells']):,} instances ({time.monotonic() - t:.0f} s) ...")
     try:
         d = build_design(module, top, lef, sizes)
     except MacroMapError as e:

@@ -495,10 +495,11 @@ def _log_errors(log: Path) -> str:
 
 def _inputs_key(job: dict, rtl: RtlInput, liberty: Path) -> str:
     """A digest of everything the netlist and its report depend on: the Verilog, the liberty, the options,
-    the Yosys and ABC scripts and the result schema."""
+    the Yosys and ABC scripts, the Yosys (pyosys) version and the result schema."""
     script = [(title, [c.replace(job["out"], "<out>") for c in cmds]) for title, cmds in _script_steps(job)]
     h = hashlib.sha256(json.dumps([RESULT_SCHEMA, {k: v for k, v in job.items() if k != "out"}, script,
-                                   ABC_SCRIPT, ABC_CONSTR, MACRO_STUBS], sort_keys=True).encode())
+                                   ABC_SCRIPT, ABC_CONSTR, MACRO_STUBS, _versions()["pyosys"]],
+                                  sort_keys=True).encode())
     for f in (*rtl.files, liberty, FA_MAP):
         h.update(f.read_bytes())
     return h.hexdigest()
