@@ -17,7 +17,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.mem_engine import SPEC_ADDR_WIDTH, SPEC_BEAT_BITS
-from hw.params import ChipParams
+from hw.params import ChipParams, require_instance
 from hw.program import ROM_NAME
 from hw.sequencer import ChipBuild, ChipCore, chip_build
 
@@ -38,9 +38,7 @@ class ChipTop(wiring.Component):
     """The SPEC §1 top level around ``ChipCore``."""
 
     def __init__(self, build: ChipBuild):
-        if not isinstance(build, ChipBuild):
-            self._MustUse__silence = True
-            raise TypeError(f"ChipTop needs a hw.sequencer.ChipBuild, got {build!r}")
+        require_instance(self, build, ChipBuild)
         self.build = build
         super().__init__(dict(SPEC_PORTS))
 

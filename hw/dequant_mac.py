@@ -32,7 +32,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.data import ArrayLayout, StructLayout
 from amaranth.lib.wiring import In, Out
 
-from hw.params import NIBBLE_BITS, ChipParams
+from hw.params import NIBBLE_BITS, ChipParams, require_instance
 
 
 def in_layout(p: ChipParams) -> StructLayout:
@@ -58,9 +58,7 @@ class DequantMacLanes(wiring.Component):
     LATENCY = 5
 
     def __init__(self, params: ChipParams):
-        if not isinstance(params, ChipParams):
-            self._MustUse__silence = True      # a rejected component is not an unused one
-            raise TypeError(f"DequantMacLanes needs a hw.params.ChipParams, got {params!r}")
+        require_instance(self, params, ChipParams)
         self.params = params
         super().__init__({
             "i": In(stream.Signature(in_layout(params))),

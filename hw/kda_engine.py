@@ -55,7 +55,7 @@ from amaranth.lib.data import ArrayLayout, StructLayout
 from amaranth.lib.wiring import In, Out
 
 from hw.lut_unit import ApplyMant, KdaDecay, Rsqrt, Sigmoid, clamp, delay, round_shift_const
-from hw.params import int_in, pow2_at_least
+from hw.params import int_in, pow2_at_least, require_instance
 from nano_k3 import fxp_math
 from nano_k3.config import L2_EPS, RMS_EPS
 from nano_k3.fxp_ops import ALPHA, SQ_FRAC, UNIT, P, S, X
@@ -156,9 +156,7 @@ class KdaEngine(wiring.Component):
     O_LAT = ApplyMant.LATENCY + 4
 
     def __init__(self, params: KdaParams, *, rom_dir: str = ROM_DIR):
-        if not isinstance(params, KdaParams):
-            self._MustUse__silence = True
-            raise TypeError(f"KdaEngine needs a hw.kda_engine.KdaParams, got {params!r}")
+        require_instance(self, params, KdaParams)
         if S.frac < X.frac:
             self._MustUse__silence = True
             raise ValueError(f"S.frac={S.frac} < X.frac={X.frac}: v cannot be aligned to S by a left shift")

@@ -69,7 +69,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.data import ArrayLayout, StructLayout
 from amaranth.lib.wiring import In, Out
 
-from hw.params import NIBBLE_BITS, ChipParams, signed_bits
+from hw.params import NIBBLE_BITS, ChipParams, require_instance, signed_bits
 from hw.weight_store import BEAT_BYTES, WeightStore, WeightStoreParams, WeightReadPort, read_cmd_layout, \
     read_data_layout, write_layout
 from nano_k3 import fxp_ops
@@ -194,9 +194,7 @@ class MacArray(wiring.Component):
     LATENCY = 9    # command -> last result, beyond the store-port cycles (see the module docstring)
 
     def __init__(self, params: MacArrayParams):
-        if not isinstance(params, MacArrayParams):
-            self._MustUse__silence = True
-            raise TypeError(f"MacArray needs a MacArrayParams, got {params!r}")
+        require_instance(self, params, MacArrayParams)
         self.params = p = params
         super().__init__({
             "w": In(stream.Signature(write_layout(p.store))),

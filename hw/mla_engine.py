@@ -52,6 +52,7 @@ from amaranth.lib.wiring import In, Out
 
 from nano_k3.fxp_ops import P, T, X
 
+from hw.params import require_instance
 from hw.lut_unit import ApplyMant, Exp2Neg, Recip, clamp, round_shift_const
 from hw.mla_params import NUM_FRAC, MlaParams
 from hw.mla_params import PRESETS as MLA_PRESETS
@@ -86,9 +87,7 @@ class MlaEngine(wiring.Component):
     """MLA cache + attention (see the module docstring for ports, order and timing)."""
 
     def __init__(self, params: MlaParams, *, rom_dir: str = "roms"):
-        if not isinstance(params, MlaParams):
-            self._MustUse__silence = True
-            raise TypeError(f"MlaEngine needs a hw.mla_params.MlaParams, got {params!r}")
+        require_instance(self, params, MlaParams)
         if not isinstance(rom_dir, str) or not rom_dir:
             self._MustUse__silence = True
             raise ValueError(f"rom_dir must be a non-empty path string, got {rom_dir!r}")

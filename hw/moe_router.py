@@ -40,7 +40,7 @@ from amaranth.lib.data import StructLayout
 from amaranth.lib.wiring import In, Out
 
 from hw.lut_unit import ApplyMant, Recip, Sigmoid, delay
-from hw.params import int_in
+from hw.params import int_in, require_instance
 from nano_k3.fixed import Q4_11, ROUTER_SCALE_FRAC, ROUTER_SCALE_Q24
 from nano_k3.fxp_ops import RW, P, X
 
@@ -126,9 +126,7 @@ class MoeRouter(wiring.Component):
     EMIT_LATENCY = 1 + ApplyMant.LATENCY       # issue of pair j -> o.valid (slot select, then ApplyMant)
 
     def __init__(self, params: MoeRouterParams = MoeRouterParams(), *, rom_dir: str = "roms"):
-        if not isinstance(params, MoeRouterParams):
-            self._MustUse__silence = True      # a rejected component is not an unused one
-            raise TypeError(f"MoeRouter needs a hw.moe_router.MoeRouterParams, got {params!r}")
+        require_instance(self, params, MoeRouterParams)
         if params.bias_shift < 0:
             self._MustUse__silence = True
             raise ValueError(f"P.frac={P.frac} is below the bias fraction {Q4_11}: the key would need a right shift")

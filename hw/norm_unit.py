@@ -34,7 +34,7 @@ from amaranth.lib.data import StructLayout
 from amaranth.lib.wiring import In, Out
 
 from hw.lut_unit import ApplyMant, Rsqrt, clamp, delay, leading_one, round_shift_const
-from hw.params import pow2_at_least
+from hw.params import pow2_at_least, require_instance
 from nano_k3 import fxp_math
 from nano_k3.config import L2_EPS, RMS_EPS
 from nano_k3.fxp_ops import SQ_FRAC, UNIT, X
@@ -110,9 +110,7 @@ class NormUnit(wiring.Component):
     GAP = 4 + Rsqrt.LATENCY + 1 + 1 + ApplyMant.LATENCY + 2
 
     def __init__(self, params: NormParams = NormParams()):
-        if not isinstance(params, NormParams):
-            self._MustUse__silence = True
-            raise TypeError(f"NormUnit needs a NormParams, got {params!r}")
+        require_instance(self, params, NormParams)
         self.params = params
         p = params
         self.rsqrt = Rsqrt(m_bits=p.ss_bits, frac_bits=(SQ_FRAC + p.len_log2).bit_length(), rom_dir=p.rom_dir)

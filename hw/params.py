@@ -34,6 +34,14 @@ def signed_bits(lo: int, hi: int) -> int:
     return bits
 
 
+def require_instance(component: object, value: object, cls: type) -> None:
+    """Raises TypeError unless ``value`` (the build parameter of ``component``) is a ``cls``. The rejected
+    component is marked used: Amaranth would otherwise warn that it was never elaborated."""
+    if not isinstance(value, cls):
+        component._MustUse__silence = True
+        raise TypeError(f"{type(component).__name__} needs a {cls.__module__}.{cls.__qualname__}, got {value!r}")
+
+
 def int_in(name: str, value: object, lo: int, hi: int) -> None:
     """Raises ValueError naming ``name`` unless ``value`` is an integer (not a bool) in ``lo..hi``."""
     if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:

@@ -55,6 +55,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.data import StructLayout
 from amaranth.lib.wiring import In, Out
 
+from hw.params import require_instance
 from hw.lut_unit import ApplyMant, Exp2Neg, Recip, Rsqrt, clamp, delay, round_shift_const, signed_width
 from nano_k3 import fxp_math, luts
 from nano_k3.fixed import Q4_11
@@ -117,9 +118,7 @@ class ResMixer(wiring.Component):
     """Attention-residual mixer (see the module docstring for streams, storage and schedule)."""
 
     def __init__(self, params: ResMixerParams = ResMixerParams()):
-        if not isinstance(params, ResMixerParams):
-            self._MustUse__silence = True      # a rejected component is not an unused one
-            raise TypeError(f"ResMixer needs a hw.res_mixer.ResMixerParams, got {params!r}")
+        require_instance(self, params, ResMixerParams)
         self.params = p = params
         self.log2_max_d = p.max_d.bit_length() - 1
         xb, xf = X.bits, X.frac

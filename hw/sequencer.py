@@ -43,7 +43,7 @@ from hw.mla_engine import MlaEngine
 from hw.mla_params import MlaParams
 from hw.moe_router import MoeRouter, MoeRouterParams
 from hw.norm_unit import NormOp, NormParams, NormUnit
-from hw.params import ChipParams
+from hw.params import ChipParams, require_instance
 from hw.program import LANES, ROM_NAME, Opc, Program, fields, program_for
 from hw.res_mixer import ResMixer, ResMixerParams
 from hw.vector_unit import Elementwise
@@ -103,9 +103,7 @@ class ChipCore(wiring.Component):
     """The whole chip behind a cmd / rsp / memory-port signature (see the module docstring)."""
 
     def __init__(self, build: ChipBuild):
-        if not isinstance(build, ChipBuild):
-            self._MustUse__silence = True
-            raise TypeError(f"ChipCore needs a ChipBuild, got {build!r}")
+        require_instance(self, build, ChipBuild)
         self.build = build
         super().__init__({
             "cmd": In(stream.Signature(32)),

@@ -22,7 +22,7 @@ from amaranth.lib.data import StructLayout
 from amaranth.lib.wiring import In, Out
 
 from hw.lut_unit import Exp2Neg, clamp, delay, round_shift_const
-from hw.params import pow2_at_least
+from hw.params import pow2_at_least, require_instance
 from nano_k3 import fxp_math
 from nano_k3.fxp_ops import P, T, X
 
@@ -61,9 +61,7 @@ class SoftmaxExp(wiring.Component):
     GAP = 3 + 1 + Exp2Neg.LATENCY
 
     def __init__(self, params: SoftmaxParams = SoftmaxParams()):
-        if not isinstance(params, SoftmaxParams):
-            self._MustUse__silence = True
-            raise TypeError(f"SoftmaxExp needs a SoftmaxParams, got {params!r}")
+        require_instance(self, params, SoftmaxParams)
         self.params = params
         self.exp2 = Exp2Neg(t_bits=T.bits, rom_dir=params.rom_dir)
         super().__init__({"i": In(stream.Signature(in_layout(params))),

@@ -29,6 +29,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.data import StructLayout
 from amaranth.lib.wiring import In, Out
 
+from hw.params import require_instance
 from hw.lut_unit import FixedPipe, Silu, Streamed, clamp, delay, round_shift_const
 from hw.norm_unit import NormParams, NormUnit
 from hw.softmax_unit import SoftmaxExp, SoftmaxParams
@@ -88,9 +89,7 @@ class VectorUnit(wiring.Component):
     """Elementwise, NormUnit and SoftmaxExp side by side (see the module docstring)."""
 
     def __init__(self, params: VectorParams = VectorParams()):
-        if not isinstance(params, VectorParams):
-            self._MustUse__silence = True
-            raise TypeError(f"VectorUnit needs a VectorParams, got {params!r}")
+        require_instance(self, params, VectorParams)
         self.params = params
         self.ew = Streamed(Elementwise(rom_dir=params.rom_dir))
         self.norm = NormUnit(params.norm)

@@ -35,6 +35,8 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.data import ArrayLayout, StructLayout
 from amaranth.lib.wiring import In, Out
 
+from hw.params import require_instance
+
 BEAT_BYTES = 16            # SPEC §1/§3 memory beat; one msh_sram word
 BEAT_BITS = 8 * BEAT_BYTES
 
@@ -115,9 +117,7 @@ class WeightStore(wiring.Component):
     """Banked on-chip tensor storage (see the module docstring)."""
 
     def __init__(self, params: WeightStoreParams):
-        if not isinstance(params, WeightStoreParams):
-            self._MustUse__silence = True
-            raise TypeError(f"WeightStore needs a WeightStoreParams, got {params!r}")
+        require_instance(self, params, WeightStoreParams)
         self.params = params
         super().__init__({
             "w": In(stream.Signature(write_layout(params))),
