@@ -20,8 +20,8 @@ consecutive bytes of the row-major ``.q`` array ``[fan_in/2, fan_out]``) per cyc
   ``d = Σqx − z·Σx`` of lanes with the same column are added in a fold tree before the scale.
 Per (block, group) the sequencer reads the q beats, then the zero points (1 read) and the scales
 (1 read, 2 when the block has ``W`` columns); their holding registers are timed so that the next
-group's reads land only after this group has used them (see ``_MIN_GAP`` below), so back-to-back
-groups and matvecs flow without bubbles.
+group's reads land only after this group has used them (z in S3; s is copied into S4's ring when the
+group enters S4), so back-to-back groups and matvecs flow without bubbles.
 
 Activations. ``act`` fills a register file of ``max_fan_in/2`` pairs (the one array here that is
 not an msh_sram: every pair can be needed by some lane in one cycle, up to ``W`` values per cycle).
@@ -42,22 +42,29 @@ Ports.
 * ``o`` (Out stream ``{y[out_lanes], count, last}``): results in column order, ``out_lanes`` per
   transfer (``count`` valid, fewer only when fan_out < out_lanes), ``last`` on the matvec's final one.
 
-Pipeline (global stall ``adv``: everything before the result buffer moves together; it stops only
-when a finished block finds the result buffer still draining):
+Pipeline (global stall ``adv``: everything before S4 moves together; it stops when a finished group
+finds S4 still busy with the previous group's steps, or S5 stops: S4 and S5 stop only when a block's
+last group finds the result buffer still draining):
     I   sequencer: read address, activation window              (msh_sram read)
     D   q·x per lane: rotate (store) + slot mux + two 4×A multiplies, Σx per lane; z/s captured
     S2  group sums Σqx, Σx per lane
     S3  d = Σqx − z·Σx (z replicated to the lanes of its column)
     F1  fold levels 1..⌈log2W/2⌉     F2  remaining fold levels   (3 adds of ~35 b each at W = 64)
-    S4  s·d                      (16 × ~35 b multiply, alone in its stage)
-    S5  y += s·d across groups; the block's last group writes the result buffer
+    S4  s·d for ``scale_lanes`` = K columns a cycle (16 × ~35 b multiplies, alone in their stage): the
+        group's d and s enter two rings that shift down by K lanes a step; a group takes
+        ``scale_steps`` = max(1, min(fan_out, W) / K) cycles (the fold leaves its columns in lanes 0..)
+    S5  y += s·d across groups, step k into columns kK..kK + K − 1; the block's last group writes the
+        result buffer, which starts draining once every chunk will be written before it is read
     R1  chunk mux + rounding constant   R2  shift by frac + 12 − fmt.frac   R3  saturate → o
-Throughput: a (block, group) takes group/2 / F + 2 (+1 with W columns) cycles of the store port.
-Latency (measured by verification/test_mac_array.py ``mac_timing``, no stalls): command taken → last
-result transfer = ``issue_cycles(...) + LATENCY + (chunks of the last block − 1)``, e.g. nano at
-banks = 4: 64→2: 12, 64→8: 15, 64→16: 19, 64→32: 28, 32→64: 30, 64→64: 46, 64→128 and 128→64 (2
-groups): 81, 64→512: 291 cycles. Back-to-back commands overlap: the next matvec's reads start as
-soon as the previous one's are issued.
+Throughput: a (block, group) takes group/2 / F + 2 (+1 with W columns) cycles of the store port, or
+its scale steps when they are more (only for tiny groups or few scale lanes: S4 then stalls the reads).
+Latency (checked by verification/test_mac_array.py ``mac_timing``, no stalls): command taken → last
+result transfer = ``issue_cycles(...) + LATENCY + max(scale_steps, chunks of the last block) − 1``, one
+cycle less with ``W`` columns (the second scale read ends the issue after the last q read), so with
+scale_lanes ≥ out_lanes the serial S4 adds nothing: e.g. nano at banks = 4, scale_lanes = 16: 64→2: 12,
+64→8: 15, 64→16: 19, 64→32: 28, 32→64: 30, 64→64: 46, 64→128 and 128→64 (2 groups): 81, 64→512: 291
+cycles. Back-to-back commands overlap: the next matvec's reads start as soon as the previous one's are
+issued.
 """
 from __future__ import annotations
 
@@ -98,6 +105,7 @@ class MacArrayParams:
     min_fan_out: int = 2       # nano: kda.b
     act_lanes: int = 4         # activation elements per ``act`` transfer
     out_lanes: int = 16        # results per ``o`` transfer
+    scale_lanes: int = 16      # s·d multipliers (S4): columns scaled per cycle
 
     def __post_init__(self) -> None:
         if not isinstance(self.store, WeightStoreParams):
@@ -114,6 +122,8 @@ class MacArrayParams:
             raise ValueError(f"act_lanes must be in 2..max_fan_in={self.max_fan_in}, got {self.act_lanes}")
         if self.out_lanes > self.lanes:
             raise ValueError(f"out_lanes={self.out_lanes} exceeds the array's {self.lanes} lanes")
+        if not _is_pow2(self.scale_lanes) or self.scale_lanes > self.lanes:
+            raise ValueError(f"scale_lanes must be a power of two in 1..lanes={self.lanes}, got {self.scale_lanes!r}")
 
     # Geometry -------------------------------------------------------------------------------------
     @property
@@ -157,13 +167,18 @@ class MacArrayParams:
         return max(f.bits for f in self.out_fmts)
 
     # Performance model ----------------------------------------------------------------------------
+    def scale_steps(self, fan_out: int) -> int:
+        """S4 cycles of one (block, group): the block's min(fan_out, W) columns, scale_lanes a cycle."""
+        return max(1, min(fan_out, self.lanes) // self.scale_lanes)
+
     def issue_cycles(self, fan_in: int, fan_out: int, group: int) -> int:
-        """Store-port cycles of one matvec (= cycles between back-to-back commands)."""
+        """Store-port cycles of one matvec (= cycles between back-to-back commands): a (block, group)
+        holds the port for its reads, or for its scale steps when they are more (tiny groups)."""
         W = self.lanes
         F = 1 if fan_out >= W else min(W // fan_out, group // 2)
         blocks = max(1, fan_out // W)
         s_reads = 2 if min(fan_out, W) == W else 1
-        return blocks * (fan_in // group) * ((group // 2) // F + 1 + s_reads)
+        return blocks * (fan_in // group) * max((group // 2) // F + 1 + s_reads, self.scale_steps(fan_out))
 
 
 def act_layout(p: MacArrayParams) -> StructLayout:
@@ -445,48 +460,81 @@ class MacArray(wiring.Component):
         l1 = (LW + 1) // 2
         f1 = [Signal(signed(wd.group_d_bits), name=f"f1_{ln}") for ln in range(W)]
         f2 = [Signal(signed(wd.group_d_bits), name=f"f2_{ln}") for ln in range(W)]
-        v4, v5 = Signal(), Signal()
-        gt4, gt5 = Signal(gtag), Signal(gtag)
+        v4, v5, v6 = Signal(), Signal(), Signal()
+        gt4, gt5, gt6 = Signal(gtag), Signal(gtag), Signal(gtag)
         with m.If(adv):
-            m.d.sync += [v4.eq(v3), gt4.eq(gt3), v5.eq(v4), gt5.eq(gt4)]
+            m.d.sync += [v4.eq(v3), gt4.eq(gt3)]
             m.d.sync += [a.eq(b) for a, b in zip(f1, fold(d3, range(1, l1 + 1), gt3.wlog, "fa"))]
-            m.d.sync += [a.eq(b) for a, b in zip(f2, fold(f1, range(l1 + 1, LW + 1), gt4.wlog, "fb"))]
 
-        # ---- S4: scale once per group -----------------------------------------------------------
-        sd = [Signal(signed(wd.out_bits), name=f"sd{ln}") for ln in range(W)]
-        v6 = Signal()
-        gt6 = Signal(gtag)
-        with m.If(adv):
-            m.d.sync += [v6.eq(v5), gt6.eq(gt5)]
-            m.d.sync += [sd[ln].eq(s_hold[ln] * f2[ln]) for ln in range(W)]
+        # ---- S4: scale once per group, K = scale_lanes columns a step -----------------------------
+        # A group enters S4 whole: f2 from the fold tree and s4 from s_hold (the next group's scale
+        # reads may land there before this group's last step). Both are rings that shift down by K
+        # lanes a step; the K multipliers read lanes 0..K−1. The fold leaves a block's 2^wlog valid
+        # columns in lanes 0..2^wlog − 1, so a group takes max(1, 2^wlog / K) steps.
+        K, LK = p.scale_lanes, _log2(p.scale_lanes)
+        s4 = [Signal(signed(SCALE_BITS), name=f"s4_{ln}") for ln in range(W)]
+        st = Signal(range(max(2, W // K)))    # the step S4 does this cycle
+        s_last = Signal()                     # ... is its group's last
+        m.d.comb += s_last.eq(((st + 1) << LK) >= (Const(1, W.bit_length() + 1) << gt5.wlog))
+        y_busy = Signal()                     # the result buffer holds a block that has not left yet
+        st6 = Signal.like(st)
+        sadv = Signal()                       # S4 and S5 move this cycle
+        # S5 waits while a block's last group finds the result buffer still draining (at its first step);
+        # the stages before S4 wait while a finished group in F2 finds S4 busy with the group ahead
+        m.d.comb += [sadv.eq(~(v6 & gt6.blast & (st6 == 0) & y_busy)), adv.eq(sadv & ~(v4 & v5 & ~s_last))]
+        with m.If(adv & v4):
+            m.d.sync += [v5.eq(1), gt5.eq(gt4), st.eq(0)]
+            m.d.sync += [a.eq(b) for a, b in zip(f2, fold(f1, range(l1 + 1, LW + 1), gt4.wlog, "fb"))]
+            m.d.sync += [a.eq(b) for a, b in zip(s4, s_hold)]
+        with m.Elif(sadv & v5):
+            with m.If(s_last):
+                m.d.sync += [v5.eq(0), st.eq(0)]
+            with m.Else():
+                m.d.sync += st.eq(st + 1)
+                m.d.sync += [f2[ln].eq(f2[ln + K]) for ln in range(W - K)]
+                m.d.sync += [s4[ln].eq(s4[ln + K]) for ln in range(W - K)]
+        sd = [Signal(signed(wd.out_bits), name=f"sd{j}") for j in range(K)]
+        with m.If(sadv):
+            m.d.sync += [v6.eq(v5), gt6.eq(gt5), st6.eq(st)]
+            m.d.sync += [sd[j].eq(s4[j] * f2[j]) for j in range(K)]
 
         # ---- S5: accumulate across groups; the block's last group fills the result buffer ------------
+        # Step k of a group adds its K products into columns kK .. kK + K − 1. The result buffer starts
+        # draining (one out_lanes chunk a cycle) after the last group's step max(0, steps − chunks), so
+        # every chunk is written before it is read and the last one leaves right after the last step.
         yacc = [Signal(signed(wd.out_bits), name=f"yacc{ln}") for ln in range(W)]
         y_out = [Signal(signed(wd.out_bits), name=f"y_out{ln}") for ln in range(W)]
-        y_busy = Signal()
         y_tag = Signal(gtag)
         y_done = Signal()                   # the result buffer's last chunk leaves this cycle
-        m.d.comb += adv.eq(~(v6 & gt6.blast & y_busy))
-        with m.If(adv & v6):
-            for ln in range(W):
-                total = Mux(gt6.bfirst, 0, yacc[ln]) + sd[ln]
-                with m.If(gt6.blast):
-                    m.d.sync += y_out[ln].eq(total)
-                with m.Else():
-                    m.d.sync += yacc[ln].eq(total)
-            with m.If(gt6.blast):
+        n_steps = W // K
+        total = [Signal(signed(wd.out_bits), name=f"total{j}") for j in range(K)]
+        for j in range(K):
+            prev = Array(yacc[k * K + j] for k in range(n_steps))[st6] if n_steps > 1 else yacc[j]
+            m.d.comb += total[j].eq(Mux(gt6.bfirst, 0, prev) + sd[j])
+        with m.If(sadv & v6):
+            with m.Switch(st6):
+                for k in range(n_steps):
+                    with m.Case(k):
+                        with m.If(gt6.blast):
+                            m.d.sync += [y_out[k * K + j].eq(total[j]) for j in range(K)]
+                        with m.Else():
+                            m.d.sync += [yacc[k * K + j].eq(total[j]) for j in range(K)]
+            with m.If(gt6.blast & (st6 == 0)):
                 m.d.sync += y_tag.eq(gt6)
 
         # ---- R1..R3: requantise out_lanes results per transfer ------------------------------------
         OL = p.out_lanes
         n_chunks = W // OL
+        y_fill = Signal()                   # S5's step lets the result buffer start draining
+        fill = [max(0, p.scale_steps(1 << k) - max(1, (1 << k) // OL)) for k in range(LW + 1)]
+        m.d.comb += y_fill.eq(st6 == Array(Const(j, st6.shape()) for j in fill)[gt6.wlog])
         chunk = Signal(range(max(2, n_chunks)))
         last_chunk = Signal()
         m.d.comb += last_chunk.eq(((chunk + 1) << _log2(OL)) >= (Const(1, W.bit_length() + 1) << y_tag.wlog))
         adv_o = Signal()
         m.d.comb += adv_o.eq(~self.o.valid | self.o.ready)
         m.d.comb += y_done.eq(y_busy & adv_o & last_chunk)
-        with m.If(adv & v6 & gt6.blast):
+        with m.If(sadv & v6 & gt6.blast & y_fill):
             m.d.sync += y_busy.eq(1)
         with m.Elif(y_done):
             m.d.sync += y_busy.eq(0)
@@ -560,7 +608,8 @@ def mac_array_derived(chip: ChipParams) -> dict:
     p = mac_array_params_for(chip)
     wd = p.widths
     return {"mac_array": {**{k: v for k, v in dataclasses.asdict(p).items() if k != "store"},
-                          "lanes": p.lanes, "window": p.window, "latency": MacArray.LATENCY},
+                          "lanes": p.lanes, "window": p.window, "latency": MacArray.LATENCY,
+                          "scale_steps": p.scale_steps(p.max_fan_out)},
             "store": {**dataclasses.asdict(p.store), "depth": p.store.depth, "beat_bits": p.store.beat_bits,
                       "sram_bits": p.store.sram_bits},
             "widths": {"beat_qx": wd.beat_qx_bits, "beat_x": wd.beat_x_bits, "group_qx": wd.group_qx_bits,

@@ -8,7 +8,8 @@ concurrently, so a position costs the sum of its ops:
               + the engine's own cycle formula (hw/*.py, cited per class below)
 
 Engine formulas used (no stalls):
-* MV      ``MacArrayParams.issue_cycles`` + ``MacArray.LATENCY`` + (chunks of the last block − 1),
+* MV      ``MacArrayParams.issue_cycles`` + ``MacArray.LATENCY`` + (max(``MacArrayParams.scale_steps``,
+          chunks of the last block) − 1),
           plus two WordFeeder passes through ``MacInput`` (scan, convert: ``words`` each). The LM
           head is throttled by its logits writer: 4 write beats per 16-lane chunk, one per cycle.
 * RMS     ``n + NormUnit.GAP + n − 1`` (two passes, hw/norm_unit.py)
@@ -64,15 +65,18 @@ class ChipPerfParams:
     mac_lanes: int = 64          # W = 16 · weight-store banks (hw.mac_array.mac_array_params_for)
     banks: int = 4               # weight-store banks: beats per store read
     out_lanes: int = 16          # MAC results per output transfer (= VRF word)
+    scale_lanes: int = 16        # MAC s·d multipliers: columns scaled per cycle (MacArrayParams.scale_lanes)
     mem_base: int = 24           # SPEC §3 read latency (long profile): base + uniform [0, jitter]
     mem_jitter: int = 12
     clock_hz: float = 100e6
 
     def __post_init__(self) -> None:
-        for k in ("mac_lanes", "banks", "out_lanes"):
+        for k in ("mac_lanes", "banks", "out_lanes", "scale_lanes"):
             v = getattr(self, k)
             if not isinstance(v, int) or v < 1 or v & (v - 1):
                 raise ValueError(f"{k} must be a power of two >= 1, got {v!r}")
+        if self.scale_lanes > self.mac_lanes:
+            raise ValueError(f"scale_lanes must be at most mac_lanes={self.mac_lanes}, got {self.scale_lanes}")
         for k in ("mem_base", "mem_jitter"):
             if not isinstance(getattr(self, k), int) or getattr(self, k) < 0:
                 raise ValueError(f"{k} must be an integer >= 0, got {getattr(self, k)!r}")
@@ -86,7 +90,8 @@ class SeqOverheads:
     mv: int = 11                 # FETCH, DISPATCH, DESC (4), MV_SCAN2, MV_CMD, NEXT + feeder/queue latency
     mac_input_pass: int = 3      # per WordFeeder → MacInput pass, beyond one cycle a word
     full_block: int = -1         # fan_out ≥ W: the last block's results leave one cycle earlier than
-                                 # issue + LATENCY + chunks − 1 (MacArray docstring: 64→64 measured 46)
+                                 # issue + LATENCY + chunks − 1 (MacArray docstring: 64→64 measured 46): its
+                                 # second scale read ends the issue one cycle after the last q read
     head: int = 12               # head MV beyond its 4 write beats per 16-lane chunk (when write-bound)
     pld: int = 10                # FETCH, DISPATCH, DESC (4), PLD_REQ, store latency, NEXT
     emb: int = 21                # EMB beyond its d/16 VRF word writes (3 store reads, 2 token-SRAM cycles)
@@ -155,12 +160,16 @@ class PerfModel:
         return op_phase(list(self.ops))
 
     # --- engine formulas ------------------------------------------------------------------------
+    def scale_steps(self, fan_out: int) -> int:
+        """= hw.mac_array.MacArrayParams.scale_steps: S4 cycles of one (block, group)."""
+        return max(1, min(fan_out, self.hw.mac_lanes) // self.hw.scale_lanes)
+
     def issue_cycles(self, fan_in: int, fan_out: int) -> int:
         """= hw.mac_array.MacArrayParams.issue_cycles with the effective group min(group, fan_in)."""
         W, g = self.hw.mac_lanes, min(self.cfg.group_size, fan_in)
         F = 1 if fan_out >= W else min(W // fan_out, g // 2)
         s_reads = 2 if min(fan_out, W) == W else 1
-        return max(1, fan_out // W) * (fan_in // g) * ((g // 2) // F + 1 + s_reads)
+        return max(1, fan_out // W) * (fan_in // g) * max((g // 2) // F + 1 + s_reads, self.scale_steps(fan_out))
 
     def mv_cycles(self, op: Op) -> int:
         words = -(-op.fan_in // LANES)
@@ -168,13 +177,14 @@ class PerfModel:
         chunks = -(-min(op.fan_out, self.hw.mac_lanes) // self.hw.out_lanes)
         full = self.seq.full_block if op.fan_out >= self.hw.mac_lanes else 0
         issue = self.issue_cycles(op.fan_in, op.fan_out)
+        lat = MAC_LATENCY + max(0, self.scale_steps(op.fan_out) - chunks)     # results wait for the scale steps
         if op.head:
             # each 16-lane chunk is 4 write beats (16 int32 logits), so the last block drains at one
             # chunk per 4 cycles; the head is issue-bound unless the writes alone take longer
-            mac = issue + MAC_LATENCY + 4 * chunks - 1 + 2 * full
+            mac = issue + lat + 4 * chunks - 1 + 2 * full
             writes = 4 * (op.fan_out // self.hw.out_lanes)
             return self.seq.mv + feed + max(mac, writes + self.seq.head)
-        return self.seq.mv + feed + issue + MAC_LATENCY + chunks - 1 + full
+        return self.seq.mv + feed + issue + lat + chunks - 1 + full
 
     def mix_cycles(self, n_cands: int, d: int) -> int:
         return ResMixer.latency(n_cands, d)
@@ -273,4 +283,4 @@ def _tiny_hw() -> ChipPerfParams:
     from hw.mac_array import mac_array_params_for
     from hw.params import preset as chip_preset
     mp = mac_array_params_for(chip_preset("tiny"))
-    return ChipPerfParams(mac_lanes=mp.lanes, banks=mp.store.banks)
+    return ChipPerfParams(mac_lanes=mp.lanes, banks=mp.store.banks, scale_lanes=mp.scale_lanes)

@@ -1,8 +1,9 @@
-"""ChipParams: validation messages, presets, derived accumulator widths, hashing."""
+"""ChipParams: validation messages, presets, derived accumulator widths, hashing; MacArrayParams.scale_lanes."""
 import dataclasses
 
 import pytest
 
+from hw.mac_array import MacArrayParams, mac_array_params_for
 from hw.params import PRESETS, ChipParams, preset, signed_bits
 
 
@@ -60,3 +61,21 @@ def test_round_trip_and_digest():
     assert p.digest() == ChipParams.from_dict(p.to_dict()).digest() != ChipParams().digest()
     with pytest.raises(ValueError, match="unknown ChipParams fields"):
         ChipParams.from_dict({**p.to_dict(), "lanes": 3})
+
+
+@pytest.mark.parametrize("value", [0, 3, 128, 16.0, True, "16"])
+def test_mac_scale_lanes_rejected_with_the_value_and_the_valid_range(value):
+    with pytest.raises(ValueError) as e:
+        MacArrayParams(scale_lanes=value)          # 64 lanes (4 banks)
+    assert "scale_lanes" in str(e.value) and repr(value) in str(e.value) and "1..lanes=64" in str(e.value)
+
+
+def test_mac_scale_steps():
+    p = mac_array_params_for(preset("nano"))
+    assert (p.lanes, p.scale_lanes) == (64, 16)
+    assert [p.scale_steps(n) for n in (2, 16, 32, 64, 512)] == [1, 1, 2, 4, 4]
+    one = dataclasses.replace(p, scale_lanes=1)
+    assert one.scale_steps(512) == 64 and one.scale_steps(2) == 2
+    # a group holds the store port for its scale steps when they outnumber its reads
+    assert one.issue_cycles(64, 64, 64) == 64 and p.issue_cycles(64, 64, 64) == 32 + 3
+    assert dataclasses.replace(p, scale_lanes=64).scale_steps(64) == 1

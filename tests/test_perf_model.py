@@ -63,14 +63,25 @@ def test_every_op_has_a_phase_and_a_cost():
 
 
 def test_engine_formulas_match_the_engines():
-    """The MAC issue formula is the MacArray's own; a wider array issues fewer cycles."""
+    """The MAC issue and scale-step formulas are the MacArray's own; a wider array issues fewer cycles, and
+    fewer scale lanes cost cycles only where a group's scale steps outnumber its reads or its chunks."""
     from hw.mac_array import mac_array_params_for
     from hw.params import preset as chip_preset
     mp = mac_array_params_for(chip_preset("nano"))
     m = model_for("nano", 128)
-    assert (m.hw.mac_lanes, m.hw.banks) == (mp.lanes, mp.store.banks)
-    for fi, fo in [(64, 2), (64, 8), (64, 32), (32, 64), (64, 64), (128, 64), (64, 128), (64, 512)]:
-        assert m.issue_cycles(fi, fo) == mp.issue_cycles(fi, fo, min(128, fi)), (fi, fo)
+    assert (m.hw.mac_lanes, m.hw.banks, m.hw.scale_lanes) == (mp.lanes, mp.store.banks, mp.scale_lanes)
+    shapes = [(64, 2), (64, 8), (64, 32), (32, 64), (64, 64), (128, 64), (64, 128), (64, 512)]
+    for k in (1, 4, 16, 64):
+        mk = PerfModel(m.cfg, dataclasses.replace(m.hw, scale_lanes=k))
+        pk = dataclasses.replace(mp, scale_lanes=k)
+        for fi, fo in shapes:
+            assert mk.issue_cycles(fi, fo) == pk.issue_cycles(fi, fo, min(128, fi)), (k, fi, fo)
+            assert mk.scale_steps(fo) == pk.scale_steps(fo), (k, fo)
+    mv = [op for op in m.ops if op.opc == Opc.MV and not op.head]
+    one = PerfModel(m.cfg, dataclasses.replace(m.hw, scale_lanes=1))
+    assert all(PerfModel(m.cfg, dataclasses.replace(m.hw, scale_lanes=k)).mv_cycles(op) == m.mv_cycles(op)
+               for op in mv for k in (16, 64))
+    assert all(one.mv_cycles(op) > m.mv_cycles(op) for op in mv if op.fan_out > 1)
     wide = PerfModel(m.cfg, dataclasses.replace(m.hw, mac_lanes=128, banks=8))
     head = next(op for op in m.ops if op.opc == Opc.MV and op.head)
     assert wide.issue_cycles(64, 512) < m.issue_cycles(64, 512)
@@ -98,5 +109,9 @@ def test_bench_fold_and_error():
 def test_params_rejected_with_the_bad_value():
     with pytest.raises(ValueError, match="mac_lanes.*48"):
         ChipPerfParams(mac_lanes=48)
+    with pytest.raises(ValueError, match="scale_lanes.*24"):
+        ChipPerfParams(scale_lanes=24)
+    with pytest.raises(ValueError, match="scale_lanes must be at most mac_lanes=64, got 128"):
+        ChipPerfParams(scale_lanes=128)
     with pytest.raises(ValueError, match="seq_len.*65"):
         model_for("nano").phases(65)

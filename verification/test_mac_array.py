@@ -9,10 +9,12 @@ and random back-pressure on ``o``; edge cases overwrite one tensor's q/s/z in th
 values (all-15 nibbles, ±32767/−32768 scales, zero points 0/15) and use zero and full-scale vectors.
 
 Environment (cocotb side): NANO_K3_RTL_CONFIG (config.json from rtl_gen), NANO_K3_MAC_CASES (random
-matvecs per group size, default 500), NANO_K3_SEED (default 20240917).
+matvecs per group size, default 500), NANO_K3_SEED (default 20240917), NANO_K3_MAC_SCALE_LANES (set when
+the simulated array has other ``scale_lanes`` than its preset's, see ``test_mac_array_tiny_scale_lanes``).
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 import re
@@ -21,9 +23,10 @@ from pathlib import Path
 
 import cocotb
 import numpy as np
+import pytest
 from cocotb.triggers import RisingEdge
 
-from hw.mac_array import act_layout, cmd_layout, mac_array_params_for, out_layout
+from hw.mac_array import MacArray, act_layout, cmd_layout, mac_array_params_for, out_layout
 from hw.weight_store import BEAT_BYTES, write_layout
 from nano_k3 import fxp_ops
 from nano_k3.config import PRESETS
@@ -35,6 +38,7 @@ from nano_k3.weights import generate, generate_tokens
 from verification.tb import StreamTB
 
 CFG_ENV, CASES_ENV, SEED_ENV = "NANO_K3_RTL_CONFIG", "NANO_K3_MAC_CASES", "NANO_K3_SEED"
+SCALE_LANES_ENV = "NANO_K3_MAC_SCALE_LANES"
 DEFAULT_SEED = 20240917
 # Amaranth-generated Verilog: incomplete case (default arms are assigned before the case), LOGNOT on
 # multi-bit values (== 0 tests) and a constant compare of a parameter-sized field; lint reports them as
@@ -212,7 +216,10 @@ def model_cases(model: Model, rng: np.random.Generator, n: int, prefix: str) -> 
 def _setup():
     from rtl_gen import read_config
     cfg, chip = read_config(os.environ[CFG_ENV])
-    return cfg, chip, mac_array_params_for(chip), int(os.environ.get(SEED_ENV, DEFAULT_SEED))
+    p = mac_array_params_for(chip)
+    if SCALE_LANES_ENV in os.environ:
+        p = dataclasses.replace(p, scale_lanes=int(os.environ[SCALE_LANES_ENV]))
+    return cfg, chip, p, int(os.environ.get(SEED_ENV, DEFAULT_SEED))
 
 
 async def _random_run(dut, group: int, seed_off: int) -> None:
@@ -295,7 +302,8 @@ async def mac_edge_cases(dut):
 
 @cocotb.test()
 async def mac_timing(dut):
-    """No idles, no back-pressure: cycles per matvec for every tensor shape (one at a time, then back to back)."""
+    """No idles, no back-pressure: cycles per matvec for every tensor shape, one at a time, against the
+    MacArray docstring's formula: issue + LATENCY + max(scale steps, chunks) − 1 (− 1 with W columns)."""
     cfg, chip, p, seed = _setup()
     tb = TB(dut, cfg, p, seed + 4)
     tb.idle_prob, tb.ready_prob = 0.0, 1.0
@@ -312,25 +320,37 @@ async def mac_timing(dut):
         total = tb.last_cycles[-1] - tb.cmd_cycles[-1]
         g = model.cfg.group_of(shape[0])
         issue = p.issue_cycles(shape[0], shape[1], g)
-        report.append(f"{shape[0]}->{shape[1]} g{g}: issue {issue}, command to last result {total}")
+        cols = min(shape[1], p.lanes)
+        steps, chunks = p.scale_steps(shape[1]), -(-cols // p.out_lanes)
+        expected = issue + MacArray.LATENCY + max(steps, chunks) - 1 - (cols == p.lanes)
+        report.append((f"{shape[0]}->{shape[1]} g{g}: issue {issue}, command to last result {total}", total, expected))
     tb.verdict(len(report))
-    for line in report:
+    for line, _, _ in report:
         dut._log.info("timing %s", line)
+    bad = [f"{line} (formula {expected})" for line, total, expected in report if total != expected]
+    assert not bad, "; ".join(bad)
 
 
 # ---- pytest runners --------------------------------------------------------------------------------------
-def _run(preset_name: str, cases: int, testcase=None):
+def _run(preset_name: str, cases: int, testcase=None, scale_lanes: int | None = None):
+    from amaranth.back import verilog
     from hw.params import preset
     from rtl_gen import emit, read_filelist
     from verification.runner import MODELS, SIM_ROOT, lint, run_cocotb
-    name = f"mac_array_{preset_name}"
+    name = f"mac_array_{preset_name}" + (f"_s{scale_lanes}" if scale_lanes is not None else "")
     out = emit("mac_array", SIM_ROOT / name / "rtl", preset(preset_name))
-    sources = [*read_filelist(out.filelist), MODELS / "msh_sram.v"]
+    rtl, env = read_filelist(out.filelist), {CFG_ENV: str(out.config), CASES_ENV: str(cases)}
+    if scale_lanes is not None:     # the preset's array with another number of s·d multipliers
+        p = dataclasses.replace(mac_array_params_for(preset(preset_name)), scale_lanes=scale_lanes)
+        rtl = [out.verilog.with_name(f"{out.top}_s{scale_lanes}.v")]
+        rtl[0].write_text(verilog.convert(MacArray(p), name=out.top, emit_src=False))
+        env[SCALE_LANES_ENV] = str(scale_lanes)
+    sources = [*rtl, MODELS / "msh_sram.v"]
     lint_result = lint(sources, out.top)
     assert lint_result.errors == 0, lint_result.output
     res = run_cocotb(name, sources, out.top, "verification.test_mac_array", testcase=testcase,
                      build_args=["--x-initial", "unique", *SIM_WAIVERS], plusargs=["+verilator+rand+reset+2"],
-                     extra_env={CFG_ENV: str(out.config), CASES_ENV: str(cases)})
+                     extra_env=env)
     assert res.passed and res.n_failed == 0, res
     return res
 
@@ -342,4 +362,11 @@ def test_mac_array_nano():
 
 def test_mac_array_tiny():
     res = _run("tiny", 150, ["mac_random_group64", "mac_edge_cases"])
+    assert res.n_tests == 2, res
+
+
+@pytest.mark.parametrize("scale_lanes", [1, 32])
+def test_mac_array_tiny_scale_lanes(scale_lanes):
+    """One s·d multiplier (a group's scale steps outlast its reads: S4 stalls the pipeline) and one per lane."""
+    res = _run("tiny", 150, ["mac_random_group64", "mac_edge_cases"], scale_lanes)
     assert res.n_tests == 2, res
