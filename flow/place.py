@@ -4,8 +4,9 @@
 
 Steps (ARCHITECTURE.md, "Physical implementation"):
 
-1. netlist: Yosys (pyosys, in a child process) reads ``<top>.sta.v``, keeps the macro modules as black
-   boxes and flattens the hierarchy; names stay those OpenSTA sees (``lane0/_0644_``);
+1. netlist: Yosys (pyosys, in a child process) reads ``<top>.sta.il`` (the RTLIL twin of the STA netlist
+   ``<top>.sta.v``), keeps the macro modules as black boxes and flattens the hierarchy; names stay those
+   OpenSTA sees in ``<top>.sta.v`` (``lane0/_0644_``);
 2. macros: every ``msh_sram`` becomes its grid of fakeram45 macros (flow/macro_map.py); every ``msh_rom``
    maps to logic that this netlist does not contain yet (its pins are left unplaced, and noted);
 3. floorplan: the macros, each with a keep-out ring, are packed in shelves from the bottom-left corner
@@ -21,7 +22,7 @@ Steps (ARCHITECTURE.md, "Physical implementation"):
    model they would dominate;
 5. outputs: the placed flat netlist ``<top>.v`` (with the repaired trees; the DEF, SPEF and STA all use
    it), a placed DEF, wire parasitics estimated from the placed pins as SPEF (flow/parasitics.py),
-   OpenSTA on every corner with them (flow/sta.py), a GDS of the placed cells and pictures
+   OpenSTA on every corner with them (flow/sta.py) and meanwhile a GDS of the placed cells and pictures
    (flow/gds.py), ``place.json`` and ``place.txt``.
 
 Everything is written into ``<out>.tmp`` and replaces ``<out>`` when complete.
@@ -36,6 +37,7 @@ import shutil
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -71,23 +73,24 @@ def progress(msg: str) -> None:
 # ---------------------------------------------------------------------------------------------- netlist
 
 def flatten_worker(job_path: Path) -> int:
-    """Child process: the STA netlist, flattened, as Yosys JSON."""
+    """Child process: the STA netlist (RTLIL, with its macros as empty Verilog modules), flattened, as Yosys JSON."""
     from pyosys import libyosys as ys
 
     job = json.loads(job_path.read_text())
     d = ys.Design()
     ys.run_pass(f"read_liberty -lib {job['liberty']}", d)
-    ys.run_pass(f"read_verilog {job['netlist']}", d)
-    ys.run_pass("blackbox msh_sram_* msh_rom_*", d)        # keep the macro instances through `flatten`
+    ys.run_pass(f"read_verilog -lib {job['macros']}", d)        # black boxes: macro instances survive `flatten`
+    ys.run_pass(f"read_rtlil {job['netlist']}", d)
     ys.run_pass(f"hierarchy -top {job['top']}", d)
     ys.run_pass("flatten", d)
     ys.run_pass(f"write_json {job['json']}", d)
     return 0
 
 
-def flatten(netlist: Path, top: str, liberty: Path, stage: Path) -> dict:
-    job = {"netlist": str(netlist.resolve()), "top": top, "liberty": str(liberty.resolve()),
-           "json": str((stage / "flat.json").resolve())}
+def flatten(netlist: Path, macro_modules: str, top: str, liberty: Path, stage: Path) -> dict:
+    (stage / "macro_modules.v").write_text(macro_modules)
+    job = {"netlist": str(netlist.resolve()), "macros": str((stage / "macro_modules.v").resolve()), "top": top,
+           "liberty": str(liberty.resolve()), "json": str((stage / "flat.json").resolve())}
     (stage / "flatten.job.json").write_text(json.dumps(job))
     with open(stage / "flatten.log", "w") as log:
         proc = subprocess.run([sys.executable, "-m", "flow.place", "--flatten-worker", str(stage / "flatten.job.json")],
@@ -568,9 +571,12 @@ def place(synth: Path, out: Path, utilization: float = 0.6, effort: int = 1, cor
         raise PlaceError(f"{sj} not found: run `make synth` (python -m flow.synth) first")
     s = json.loads(sj.read_text())
     top = s["top"]
-    netlist = Path(synth) / s["files"].get("sta_netlist", f"{top}.sta.v")
-    if not netlist.is_file():
-        raise PlaceError(f"{netlist} not found (synth.json names it): run `make synth` again")
+    if "sta_rtlil" not in s["files"]:
+        raise PlaceError(f"{sj} is from an older flow.synth (no RTLIL netlist): run `make synth` again")
+    netlist, sta_netlist = (Path(synth) / s["files"][k] for k in ("sta_rtlil", "sta_netlist"))
+    for f in (netlist, sta_netlist):
+        if not f.is_file():
+            raise PlaceError(f"{f} not found (synth.json names it): run `make synth` again")
     try:
         pdk = find_pdk()
     except PdkError as e:
@@ -590,7 +596,11 @@ def place(synth: Path, out: Path, utilization: float = 0.6, effort: int = 1, cor
     rc = RcModel.from_lef(lef)
     progress(f"{top}: flattening {netlist} ...")
     liberty = pdk.plain_liberty("typical", cache)
-    module = flatten(netlist, top, liberty, stage)
+    with open(sta_netlist, "rb") as f:      # the macros' empty modules end the STA netlist (flow/synth.py)
+        f.seek(max(0, sta_netlist.stat().st_size - 1_000_000))
+        tail = f.read().decode(errors="replace").split(MACRO_MODULES_MARK, 1)
+    macro_modules = MACRO_MODULES_MARK + tail[1] if len(tail) == 2 else ""
+    module = flatten(netlist, macro_modules, top, liberty, stage)
     sizes = macro_sizes(pdk.fakerams)
     progress(f"placement objects for {len(module['cells']):,} instances ({time.monotonic() - t:.0f} s) ...")
     try:
@@ -620,10 +630,9 @@ def place(synth: Path, out: Path, utilization: float = 0.6, effort: int = 1, cor
 
     t = time.monotonic()
     progress(f"writing the placed netlist {top}.v ...")
-    macro_text = netlist.read_text().split(MACRO_MODULES_MARK, 1)
     with open(stage / f"{top}.v", "w") as f:
         write_verilog(f, module, top, net_names(module), lambda key, c: _path(key, c.get("attributes", {})),
-                      MACRO_MODULES_MARK + macro_text[1] if len(macro_text) == 2 else "")
+                      macro_modules)
     del module
     timing["netlist_out_s"] = time.monotonic() - t
 
@@ -633,25 +642,26 @@ def place(synth: Path, out: Path, utilization: float = 0.6, effort: int = 1, cor
     (stage / "macros.txt").write_text(table(d.mappings))
     timing["outputs_s"] = time.monotonic() - t
 
-    t = time.monotonic()
-    progress(f"post-placement STA at {corners} ...")
-    try:
-        sta = run_sta(Path(synth), stage / "sta", corners, period_ns, clock, cache, parasitics=stage / f"{top}.spef",
-                      netlist=stage / f"{top}.v")
-    except StaError as e:
-        raise PlaceError(f"post-placement STA failed: {e}") from None
-    timing["sta_s"] = time.monotonic() - t
-
     files = {"netlist": f"{top}.v", "def": f"{top}.def", "spef": f"{top}.spef", "sta": "sta/sta.json",
              "macros": "macros.txt"}
-    if picture:
-        from flow.gds import write_gds, write_pictures
-        t = time.monotonic()
-        progress("writing GDS and pictures ...")
-        write_gds(stage / f"{top}.gds", pdk.cell_gds, d, fp, xs, ys, orient, lef)
-        files.update({"gds": f"{top}.gds"})
-        files.update(write_pictures(stage, top, d, fp, xs, ys, pdk.klayout_lyp, dbu))
-        timing["layout_s"] = time.monotonic() - t
+    progress(f"post-placement STA at {corners}{', the layout meanwhile' if picture else ''} ...")
+    # OpenSTA runs in child processes: this thread only waits for them, while the main one writes the layout.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        sta_run = pool.submit(run_sta, Path(synth), stage / "sta", corners, period_ns, clock, cache,
+                              parasitics=stage / f"{top}.spef", netlist=stage / f"{top}.v")
+        if picture:
+            from flow.gds import write_gds, write_pictures
+            t = time.monotonic()
+            write_gds(stage / f"{top}.gds", pdk.cell_gds, d, fp, xs, ys, orient, lef)
+            files.update({"gds": f"{top}.gds"})
+            files.update(write_pictures(stage, top, d, fp, xs, ys, pdk.klayout_lyp, dbu))
+            timing["layout_s"] = time.monotonic() - t
+            progress(f"layout written ({timing['layout_s']:.0f} s); waiting for STA ...")
+        try:
+            sta = sta_run.result()
+        except StaError as e:
+            raise PlaceError(f"post-placement STA failed: {e}") from None
+    timing["sta_s"] = sta["runtime_s"]
 
     die_w, die_h = fp.die[2] / dbu, fp.die[3] / dbu
     std_area = sum(w * h for w, h in zip(d.comp_w[:d.n_std], d.comp_h[:d.n_std])) / dbu ** 2
@@ -708,7 +718,7 @@ def place(synth: Path, out: Path, utilization: float = 0.6, effort: int = 1, cor
     }
     (stage / "place.json").write_text(json.dumps(result, indent=1) + "\n")
     (stage / "place.txt").write_text(summary_text(result))
-    for f in ("flatten.job.json",):
+    for f in ("flatten.job.json", "macro_modules.v"):
         (stage / f).unlink(missing_ok=True)
     publish(stage, out)
     return result

@@ -47,7 +47,7 @@ from pdk_config.nangate45 import BUFFER, DONT_USE, TIE_HI, TIE_LO
 REPO = Path(__file__).resolve().parent.parent
 MACROS = ("msh_sram", "msh_rom")
 FA_MAP = Path(__file__).resolve().parent / "techmap" / "fa_map.v"
-RESULT_SCHEMA = "nano-k3/synth/1"      # the layout of synth.json: change it when that changes
+RESULT_SCHEMA = "nano-k3/synth/2"      # the layout of synth.json: change it when that changes
 # `--full-adders`: synth's `fine` steps with maccmap's full adders put on FA_X1 / HA_X1 cells
 # (flow/techmap/fa_map.v). Measured on msh_chip_top: 30 % fewer cells (1.06M), mapping in 9 instead of
 # 14 min, but 9 % more logic area, and the slow corner misses 10 ns before placement (-2.8 ns): ABC
@@ -333,10 +333,19 @@ def worker(job_path: Path) -> int:
         (out / "error.json").write_text(json.dumps({"unmapped_cells": unmapped}, indent=1))
         return 4
     progress(f"{label}writing netlist ({time.monotonic() - t0:.1f} s)")
+    # Yosys' private names ($abc$123$...) become _N_, as write_verilog would print them, so that the Verilog and
+    # the RTLIL netlists name every object alike.
+    ys.run_pass("rename -enumerate", design)
     ys.run_pass(f"write_verilog -noattr -noexpr -nohex -nodec {out / 'netlist.v'}", design)
     variants = _sta_macro_types(ys, design)
     ys.run_pass(f"write_verilog -noattr -noexpr -nohex -nodec {out / 'sta.v'}", design)
     (out / "macro_types.json").write_text(json.dumps(sorted(variants)))
+    # The same netlist as RTLIL, which Yosys reads back 6x faster than Verilog (flow/place.py flattens it): only
+    # this part's modules (no black boxes, which another part or the liberty defines), without attributes.
+    ys.run_pass("delete =A:blackbox", design)
+    ys.run_pass("setattr -unset src", design)
+    ys.run_pass("setattr -mod -unset src -unset top", design)
+    ys.run_pass(f"write_rtlil {out / 'sta.il'}", design)
     progress(f"{label}done ({time.monotonic() - t0:.1f} s)")
     return 0
 
@@ -548,7 +557,8 @@ def build_result(rtl: RtlInput, stage: Path, liberty: Path, pdk, flatten: bool, 
         "hierarchy": {"engines": engines, "modules": modules, "instances": instances},
         "runtime_s": round(runtime_s, 2),
         "versions": {**_versions(), "yosys": yosys_version, "abc": "yosys-abc bundled with pyosys"},
-        "files": {"netlist": f"{rtl.top}.v", "sta_netlist": f"{rtl.top}.sta.v", "log": "yosys.log", "stat": "stat.txt", "summary": "synth.txt"},
+        "files": {"netlist": f"{rtl.top}.v", "sta_netlist": f"{rtl.top}.sta.v",
+                  "sta_rtlil": f"{rtl.top}.sta.il", "log": "yosys.log", "stat": "stat.txt", "summary": "synth.txt"},
         "metrics": {
             "synth__design__instance__area__stdcell": round(logic_area, 3),
             "synth__design__instance__area__macros": round(macro_area, 3),
@@ -683,9 +693,10 @@ def _merge_parts(stage: Path, top: str, parts: list[Part]) -> dict[str, float | 
     variants: set[tuple[str, int, int]] = set()
     chip_areas: dict[str, float | None] = {}
     with open(stage / f"{top}.v", "w") as net, open(stage / f"{top}.sta.v", "w") as sta, \
-            open(stage / "stat.txt", "w") as stat, open(stage / "yosys.log", "w") as log:
+            open(stage / f"{top}.sta.il", "w") as il, open(stage / "stat.txt", "w") as stat, \
+            open(stage / "yosys.log", "w") as log:
         for part, d in zip(parts, dirs):
-            for f, name in ((net, "netlist.v"), (sta, "sta.v"), (log, "yosys.log")):
+            for f, name in ((net, "netlist.v"), (sta, "sta.v"), (il, "sta.il"), (log, "yosys.log")):
                 with open(d / name) as src:
                     shutil.copyfileobj(src, f)
             stat_txt = (d / "stat.txt").read_text()

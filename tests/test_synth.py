@@ -145,3 +145,15 @@ def test_jobs_must_be_a_positive_count(tmp_path):
     for bad in (0, -1, 1.5, True):
         with pytest.raises(SynthError, match=f"jobs must be .* at least 1; got {re.escape(repr(bad))}"):
             synthesize(DATA / "mac_sram", tmp_path / "synth", jobs=bad)
+
+
+def test_rtlil_netlist_is_the_sta_netlist(mac):
+    out, r = mac
+    sta = (out / r["files"]["sta_netlist"]).read_text().split("\n// Macros as empty modules")[0]
+    il = (out / r["files"]["sta_rtlil"]).read_text()
+    modules = lambda pat, text: sorted(re.findall(pat, text, re.M))        # noqa: E731
+    assert modules(r"^module \\?(\S+?)\s*\(", sta) == modules(r"^module \\(\S+)$", il) == ["mac_lane", "mac_sram"]
+    cells_v = sorted(re.findall(r"^\s*(\w+) \\?(\S+) \($", sta, re.M))
+    cells_il = sorted(re.findall(r"^\s*cell \\(\S+) \\(\S+)$", il, re.M))
+    assert len(cells_v) > 100 and cells_v == cells_il       # same instances (macros renamed by size in both)
+    assert ("msh_sram_64x32", "acc_sram") in cells_il
