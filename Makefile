@@ -5,6 +5,7 @@ PY      := .venv/bin/python
 STAMP   := .venv/.installed
 BUILD   := build
 BLOCK   ?= chip
+STA_JOBS ?=
 
 # Steps that need the PDK check it first, so a bad NANGATE45_PDK stops them before any work.
 .PHONY: setup pdk doctor rtl sim synth sta report demo test blocks place pnr bench clean
@@ -30,12 +31,14 @@ synth: pdk rtl
 	$(PY) -m flow.synth --rtl $(BUILD)/rtl --out $(BUILD)/synth
 
 sta: synth
-	$(PY) -m flow.sta --synth $(BUILD)/synth --out $(BUILD)/sta
+	$(PY) -m flow.sta --synth $(BUILD)/synth --out $(BUILD)/sta $(if $(STA_JOBS),--jobs $(STA_JOBS))
 
 report: $(STAMP)
 	$(PY) -m flow.report --build $(BUILD) --out $(BUILD)/report
 
-demo: sim sta place
+# Pre-placement STA (one OpenSTA at a time) runs beside placement, which leaves a CPU mostly idle.
+demo: sim synth
+	$(MAKE) --no-print-directory -j2 sta place STA_JOBS=1
 	$(PY) -m flow.report --build $(BUILD) --brief
 
 blocks: $(STAMP)

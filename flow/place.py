@@ -704,6 +704,7 @@ def place(synth: Path, out: Path, utilization: float = 0.6, effort: int = 1, cor
                 for c, v in sta["corners"].items()},
         "period_ns": period_ns,
         "runtime_s": round(time.monotonic() - t_start, 2),
+        "finished_unix": round(time.time(), 1),
         "runtime_by_step_s": {k: round(v, 2) for k, v in timing.items()},
         "files": files,
         "metrics": {

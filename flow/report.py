@@ -582,6 +582,18 @@ def _md_timing(stages: dict, figs: list[dict]) -> list[str]:
     return md + _embed(figs, "timing")
 
 
+def flow_seconds(stages: list[dict]) -> float:
+    """Wall-clock seconds of ``stages`` (each with ``runtime_s``, and ``finished_unix`` when it ran): the
+    union of their run intervals, so steps that ran side by side (`make demo` times and places at once)
+    count once. A stage without ``finished_unix`` counts its whole runtime."""
+    spans = sorted((s["finished_unix"] - s["runtime_s"], s["finished_unix"]) for s in stages if "finished_unix" in s)
+    total, end = sum(s["runtime_s"] for s in stages if "finished_unix" not in s), float("-inf")
+    for a, b in spans:
+        total += max(0.0, b - max(a, end))
+        end = max(end, b)
+    return total
+
+
 def _md_runtime(stages: dict) -> list[str]:
     """Wall-clock time of synthesis, STA and placement of the design, against the flow's 30-minute goal."""
     steps = [(k, stages[k]["data"].get("runtime_s") if stages[k]["data"] else None, stages[k]["command"])
@@ -589,9 +601,10 @@ def _md_runtime(stages: dict) -> list[str]:
     md = ["## Flow runtime", "", "| step | seconds | command |", "|---|---|---|"]
     md += [f"| {k} | {_f(t, ',.0f')} | `{cmd}` |" for k, t, cmd in steps]
     if all(t is not None for _, t, _ in steps):
-        total = sum(t for _, t, _ in steps)
+        total = flow_seconds([stages[k]["data"] for k, _, _ in steps])
         verdict = "within" if total <= FLOW_MINUTES_GOAL * 60 else "over"
-        md += [f"| total | {total:,.0f} ({total / 60:.1f} min, {verdict} the {FLOW_MINUTES_GOAL}-minute goal) | |"]
+        md += [f"| total, wall clock | {total:,.0f} ({total / 60:.1f} min, {verdict} the {FLOW_MINUTES_GOAL}-minute "
+               f"goal; steps that ran side by side count once) | |"]
     return md + [""]
 
 

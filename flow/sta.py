@@ -167,9 +167,10 @@ def summary_text(r: dict) -> str:
 
 def run_sta(synth: Path, out: Path, corners: list[str], period_ns: float, clock: str = "clk",
             cache: Path = REPO / "build" / "pdk_cache", parasitics: Path | None = None,
-            netlist: Path | None = None) -> dict:
-    """All corners; ``parasitics``: a SPEF to time with instead of the wire-load model (post-placement);
-    ``netlist``: the netlist to time instead of synthesis' (the placed, repaired one of flow/place.py)."""
+            netlist: Path | None = None, jobs: int | None = None) -> dict:
+    """All corners, ``jobs`` OpenSTA processes at a time (default: one per CPU); ``parasitics``: a SPEF to
+    time with instead of the wire-load model (post-placement); ``netlist``: the netlist to time instead of
+    synthesis' (the placed, repaired one of flow/place.py)."""
     synth_json = synth / "synth.json"
     if not synth_json.is_file():
         raise StaError(f"{synth_json} not found: run `make synth` (python -m flow.synth) first")
@@ -182,6 +183,9 @@ def run_sta(synth: Path, out: Path, corners: list[str], period_ns: float, clock:
         raise StaError(f"{netlist} not found")
     if period_ns <= 0:
         raise StaError(f"--period must be positive, got {period_ns}")
+    jobs = (os.cpu_count() or 1) if jobs is None else jobs
+    if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
+        raise StaError(f"--jobs must be a whole number of OpenSTA processes, at least 1; got {jobs!r}")
     try:
         sta_path = require("sta")
         pdk = find_pdk()
@@ -195,7 +199,7 @@ def run_sta(synth: Path, out: Path, corners: list[str], period_ns: float, clock:
         shutil.rmtree(stage)
     stage.mkdir(parents=True)
     progress(f"{', '.join(corners)}: {s['top']} ({s['cells']['count']:,} cells) at {period_ns} ns, "
-             f"{min(len(corners), os.cpu_count() or 1)} OpenSTA process(es) at a time ...")
+             f"{min(len(corners), jobs)} OpenSTA process(es) at a time ...")
 
     def one(corner: str) -> dict:
         r = run_corner(corner, pdk.plain_liberty(corner, cache), netlist, s["top"], clock, period_ns, stage,
@@ -206,7 +210,7 @@ def run_sta(synth: Path, out: Path, corners: list[str], period_ns: float, clock:
     for corner in corners:          # the liberty files are converted once, before the corners run side by side
         pdk.plain_liberty(corner, cache)
     t0 = time.monotonic()
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
         result_corners = dict(zip(corners, pool.map(one, corners)))
     runtime = time.monotonic() - t0
     version = subprocess.run([sta_path, "-version"], capture_output=True, text=True).stdout.strip()
@@ -224,6 +228,7 @@ def run_sta(synth: Path, out: Path, corners: list[str], period_ns: float, clock:
                         "clock_model": "ideal", "macros": "empty modules: paths cut at macro pins"},
         "corners": result_corners,
         "runtime_s": round(runtime, 2),              # all corners, wall clock
+        "finished_unix": round(time.time(), 1),
         "versions": {"sta": version},
         "metrics": {f"sta__timing__{k}__{c}": v[k2] for c, v in result_corners.items()
                     for k, k2 in (("setup__ws", "wns_ns"), ("setup__tns", "tns_ns"), ("hold__ws", "worst_hold_slack_ns"),
@@ -242,9 +247,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--corners", nargs="+", default=list(CORNERS), choices=CORNERS)
     ap.add_argument("--period", type=float, default=10.0, help="clock period in ns")
     ap.add_argument("--clock", default="clk", help="clock port")
+    ap.add_argument("--jobs", type=int, help="OpenSTA processes at a time (default: one per CPU; `make demo` "
+                                             "uses 1, placement runs beside it)")
     args = ap.parse_args(argv)
     return report_stage("flow.sta", StaError,
-                        lambda: run_sta(args.synth, args.out, args.corners, args.period, args.clock),
+                        lambda: run_sta(args.synth, args.out, args.corners, args.period, args.clock, jobs=args.jobs),
                         summary_text, lambda r: [args.out / "sta.json"])
 
 

@@ -556,6 +556,7 @@ def build_result(rtl: RtlInput, stage: Path, liberty: Path, pdk, flatten: bool, 
                    "price": "bits / 2^20 x 1e6 um^2 (SPEC section 5)", "instances": macros},
         "hierarchy": {"engines": engines, "modules": modules, "instances": instances},
         "runtime_s": round(runtime_s, 2),
+        "finished_unix": round(time.time(), 1),      # with runtime_s: when it ran (flow/report.py's flow runtime)
         "versions": {**_versions(), "yosys": yosys_version, "abc": "yosys-abc bundled with pyosys"},
         "files": {"netlist": f"{rtl.top}.v", "sta_netlist": f"{rtl.top}.sta.v",
                   "sta_rtlil": f"{rtl.top}.sta.il", "log": "yosys.log", "stat": "stat.txt", "summary": "synth.txt"},

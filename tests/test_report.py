@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from flow.report import FIGURES, K3_TOKENS_PER_S, PORT_LIMIT_TOKENS_PER_S, brief, load, write_report
+from flow.report import FIGURES, K3_TOKENS_PER_S, PORT_LIMIT_TOKENS_PER_S, brief, flow_seconds, load, write_report
 
 SYNTH = {
     "top": "mac_sram", "runtime_s": 1.0, "options": {"hierarchy": "hierarchical"},
@@ -232,4 +232,14 @@ def test_flow_runtime_is_summed_against_the_goal(tmp_path):
                               "place/place.json": PLACE})
     write_report(build, tmp_path / "report")
     md = (tmp_path / "report" / "report.md").read_text()
-    assert "| total | 2,520 (42.0 min, over the 30-minute goal) | |" in md
+    assert "| total, wall clock | 2,520 (42.0 min, over the 30-minute goal; steps that ran side by side count once) | |" in md
+
+
+def test_flow_runtime_counts_steps_side_by_side_once():
+    synth = {"runtime_s": 500.0, "finished_unix": 1000.0}
+    sta = {"runtime_s": 200.0, "finished_unix": 1210.0}              # 1010 .. 1210
+    place = {"runtime_s": 1000.0, "finished_unix": 2005.0}           # 1005 .. 2005, beside STA
+    assert flow_seconds([synth, sta, place]) == 500 + 1000
+    assert flow_seconds([synth, {"runtime_s": 200.0}, place]) == 500 + 200 + 1000     # no timestamp: added
+    old_synth = {"runtime_s": 500.0, "finished_unix": 10.0}          # reused from an earlier run: its own span
+    assert flow_seconds([old_synth, sta, place]) == 500 + 1000

@@ -40,6 +40,15 @@ def test_tight_clock_violates(sta):
     assert tight["min_period_ns"] == pytest.approx(2.0 - tight["wns_ns"], abs=1e-3)
 
 
+def test_one_process_at_a_time_gives_the_same_slacks(sta):
+    base, r = sta
+    one = run_sta(base / "synth", base / "sta_one", ["slow", "typical", "fast"], 10.0, jobs=1)
+    assert {c: v["wns_ns"] for c, v in one["corners"].items()} == {c: v["wns_ns"] for c, v in r["corners"].items()}
+    for bad in (0, 2.5, True):
+        with pytest.raises(StaError, match=f"--jobs must be .* at least 1; got {bad!r}"):
+            run_sta(base / "synth", base / "sta_bad", ["slow"], 10.0, jobs=bad)
+
+
 def test_missing_synth_says_run_synth(tmp_path):
     with pytest.raises(StaError, match="run `make synth`"):
         run_sta(tmp_path / "nothing", tmp_path / "sta", ["typical"], 10.0)
