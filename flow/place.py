@@ -15,8 +15,7 @@ Steps (ARCHITECTURE.md, "Physical implementation"):
    right and bottom ones, in port order;
 4. placement: coloquinte global placement; then (unless ``--no-repair``) every net with more than
    flow/repair.py's ``MAX_FANOUT`` sinks loses synthesis' buffer tree and gets one clustered by the
-   sinks' global-placement positions, buffers sized by load (OpenROAD's repair_design, simplified), and
-   every gate too weak for its placed load is upsized (flow/repair.py ``size_drivers``);
+   sinks' global-placement positions, buffers sized by load (OpenROAD's repair_design, simplified);
    then legalisation and detailed placement on the rows (alternate rows flipped, ``FS``; cells widened
    to ``PLACER_DENSITY`` while placing so they spread evenly); x is then snapped to the site grid. Nets
    with more than ``MAX_PLACE_FANOUT`` pins (clock, reset) are not given to the placer, whose quadratic
@@ -46,8 +45,7 @@ from flow.cli import die_with_parent, publish, report_stage
 from flow.lefdef import DefComponent, DefPin, DefRow, Lef, LefError, read_lef, write_def
 from flow.macro_map import MACRO_HALO_UM, MacroMapError, Mapping, macro_sizes, map_instance, table
 from flow.parasitics import NetPins, RcModel, spef_header, steiner_factor, write_dnet
-from flow.repair import RepairError, RepairResult, SizingResult, input_caps, repair, size_drivers, verify, \
-    verify_sizing, write_verilog
+from flow.repair import RepairError, RepairResult, input_caps, repair, verify, write_verilog
 from flow.sta import StaError, run_sta
 from flow.synth import liberty_areas
 from pdk_config import PdkError, find_pdk
@@ -434,10 +432,10 @@ def legalize(d: Design, fp: Floorplan, effort: int, xs: list[int], ys: list[int]
 # ---------------------------------------------------------------------------------------------- repair
 
 def repair_nets(module: dict, d: Design, fp: Floorplan, xs: list[int], ys: list[int], lef: Lef, sizes,
-                liberty: Path, rc: RcModel, clock: str) -> tuple[Design, list[int], list[int], RepairResult, SizingResult]:
-    """Rebuilds the high-fanout buffer trees of ``module`` for the global placement ``xs``, ``ys`` and sizes
-    the gates for their placed loads (flow/repair.py); returns the new design and start positions for
-    legalisation (new buffers at the centres of their sinks)."""
+                liberty: Path, rc: RcModel, clock: str) -> tuple[Design, list[int], list[int], RepairResult]:
+    """Rebuilds the high-fanout buffer trees of ``module`` for the global placement ``xs``, ``ys``
+    (flow/repair.py); returns the new design and start positions for legalisation (new buffers at the
+    centres of their sinks)."""
     dbu = lef.dbu
     cell_xy: dict[str, tuple[float, float]] = {}
     for i, key in enumerate(d.comp_key):
@@ -449,13 +447,10 @@ def repair_nets(module: dict, d: Design, fp: Floorplan, xs: list[int], ys: list[
             k += 1
     clock_bits = {b for b in module["ports"].get(clock, {}).get("bits", []) if isinstance(b, int)}
     text = liberty.read_text()
-    caps, areas = input_caps(text), liberty_areas(liberty)
-    res = repair(module, cell_xy, port_xy, caps, areas, (rc.c_h + rc.c_v) / 2, steiner_factor, clock_bits, progress)
-    sized = size_drivers(module, cell_xy, port_xy, caps, areas, (rc.c_h + rc.c_v) / 2, steiner_factor, clock_bits,
-                         progress)
+    res = repair(module, cell_xy, port_xy, input_caps(text), liberty_areas(liberty), (rc.c_h + rc.c_v) / 2,
+                 steiner_factor, clock_bits, progress)
     try:
         verify(module, res)
-        verify_sizing(module, sized)
     except RepairError as e:
         raise PlaceError(f"net repair broke the netlist: {e}") from None
     new = build_design(module, d.top, lef, sizes)
@@ -469,7 +464,7 @@ def repair_nets(module: dict, d: Design, fp: Floorplan, xs: list[int], ys: list[
             x, y = round(cx * dbu - new.comp_w[i] / 2), round(cy * dbu - new.comp_h[i] / 2)
         nxs.append(x)
         nys.append(y)
-    return new, nxs, nys, res, sized
+    return new, nxs, nys, res
 
 
 def snap_to_sites(d: Design, fp: Floorplan, xs: list[int], ys: list[int]) -> int:
@@ -625,7 +620,7 @@ def place(synth: Path, out: Path, utilization: float = 0.6, effort: int = 1, cor
     if repair_fanout:
         t = time.monotonic()
         cells_before = d.n_std
-        d, xs, ys, fixed, sized = repair_nets(module, d, fp, xs, ys, lef, sizes, liberty, rc, clock)
+        d, xs, ys, fixed = repair_nets(module, d, fp, xs, ys, lef, sizes, liberty, rc, clock)
         timing["repair_s"] = time.monotonic() - t
     t = time.monotonic()
     xs, ys, orient, lstats = legalize(d, fp, effort, xs, ys)
@@ -702,8 +697,8 @@ def place(synth: Path, out: Path, utilization: float = 0.6, effort: int = 1, cor
                       "io": "inputs on the left then top edge, outputs on the right then bottom edge"},
         "macros": [m.as_dict() for m in d.mappings],
         "roms_as_logic": d.roms,
-        "repair": ({"enabled": True, **fixed.as_dict(), "cells_before": cells_before, "cells_after": d.n_std,
-                    "sizing": sized.as_dict()} if fixed else {"enabled": False}),
+        "repair": ({"enabled": True, **fixed.as_dict(), "cells_before": cells_before, "cells_after": d.n_std}
+                   if fixed else {"enabled": False}),
         "parasitics": rc.as_dict(),
         "sta": {c: {k: v[k] for k in ("wns_ns", "tns_ns", "worst_hold_slack_ns", "min_period_ns", "fmax_mhz", "met")}
                 for c, v in sta["corners"].items()},
@@ -743,9 +738,7 @@ def summary_text(r: dict) -> str:
         f"  runtime        {r['runtime_s']:.1f} s  {r['runtime_by_step_s']}",
         ("  net repair     " + (f"{r['repair']['nets_repaired']:,} nets rebuilt (largest fanout "
                                 f"{r['repair']['largest_fanout']:,}): {r['repair']['buffers_removed']:,} buffers removed, "
-                                f"{r['repair']['buffers_added']:,} added, {r['repair']['area_change_um2']:+,.1f} um2; "
-                                f"{r['repair']['sizing']['gates_upsized']:,} gates upsized, "
-                                f"{r['repair']['sizing']['area_added_um2']:+,.1f} um2"
+                                f"{r['repair']['buffers_added']:,} added, {r['repair']['area_change_um2']:+,.1f} um2"
                                 if r["repair"]["enabled"] else "off (--no-repair)")),
         "", f"post-placement timing at {r['period_ns']} ns (SPEF from placed wire lengths):",
         f"  {'corner':<8} {'WNS ns':>9} {'TNS ns':>10} {'hold ns':>9} {'min period ns':>14}",

@@ -16,13 +16,8 @@ per stage at the slow corner). After global placement, this step, per net:
 3. sizes each new buffer by its load (pin capacitances from the liberty plus the estimated wire):
    the smallest ``BUF_Xn`` with load <= ``LOAD_PER_DRIVE_FF`` x n.
 
-Then ``size_drivers`` gives every other gate the drive its placed load needs (ABC sized it for a wire-load
-guess): a ``NAME_Xn`` whose output load exceeds ``LOAD_PER_DRIVE_FF`` x n becomes the smallest ``NAME_Xm``
-of the liberty that carries it (the same function and pins, only stronger; never smaller).
-
 The clock port's net and nets that reach a flip-flop or latch clock pin are left alone (the clock is
-ideal). Only buffers are removed and inserted, and gates only change drive strength, so the logic is
-unchanged; ``verify`` checks that every
+ideal). Only buffers are removed and inserted, so the logic is unchanged; ``verify`` checks that every
 rewired pin reaches the driver it had before through buffers only, and that no removed buffer's net
 is still read. The result is a flat netlist (``write_verilog``) that the DEF, SPEF and STA all use.
 """
@@ -35,13 +30,12 @@ from pdk_config.nangate45 import DONT_USE
 
 MAX_FANOUT = 12                 # sinks per new buffer, and new buffers per driver
 MAX_CLUSTER_SPAN_UM = 60.0      # half-perimeter of a leaf cluster's box
-LOAD_PER_DRIVE_FF = 10.0        # a BUF_Xn (a gate _Xn) is given at most n x this much load
+LOAD_PER_DRIVE_FF = 10.0        # a BUF_Xn is given at most n x this much load
 ROOT_LOAD_FF = 20.0             # the original driver keeps at most this much buffer input capacitance
 DEFAULT_PIN_CAP_FF = 2.0        # a pin the liberty does not describe (macro pins)
 BUFFERS = tuple(f"BUF_X{n}" for n in (1, 2, 4, 8, 16, 32))
 REMOVABLE = re.compile(r"^(CLK)?BUF_X\d+$")
 CLOCK_PINS = frozenset({"CK", "G", "GN"})      # Nangate45 flip-flop and latch clock pins
-DRIVE = re.compile(r"^(\w+)_X(\d+)$")           # a Nangate45 cell name: function, drive strength
 
 
 class RepairError(RuntimeError):
@@ -272,77 +266,6 @@ def repair(module: dict, cell_xy: dict[str, tuple[float, float]], port_xy: dict[
     progress(f"repair: {res.nets_repaired:,} nets rebuilt (largest fanout {res.largest_fanout:,}), "
              f"{res.buffers_removed:,} buffers removed, {res.buffers_added:,} added")
     return res
-
-
-@dataclass
-class SizingResult:
-    gates_upsized: int = 0
-    area_added_um2: float = 0.0
-    by_change: dict = field(default_factory=dict)        # "XOR2_X1->XOR2_X2": count
-    resized: dict = field(default_factory=dict)          # cell key -> old type, to verify
-
-    def as_dict(self) -> dict:
-        return {"gates_upsized": self.gates_upsized, "area_added_um2": round(self.area_added_um2, 3),
-                "by_change": dict(sorted(self.by_change.items(), key=lambda kv: -kv[1])),
-                "load_per_drive_ff": LOAD_PER_DRIVE_FF}
-
-
-def size_drivers(module: dict, cell_xy: dict[str, tuple[float, float]], port_xy: dict[int, tuple[float, float]],
-                 caps: dict[tuple[str, str], float], areas: dict[str, float], c_per_um: float, steiner,
-                 clock_bits: set[int], progress=lambda msg: None) -> SizingResult:
-    """Upsizes, in ``module`` (edited in place), every placed gate whose output load (pin capacitances plus
-    the net's estimated wire: half-perimeter x Steiner factor x ``c_per_um``) exceeds ``LOAD_PER_DRIVE_FF``
-    x its drive strength, to the smallest stronger variant that carries it (or the strongest there is)."""
-    net = _Netlist.of(module)
-    variants: dict[str, list[tuple[int, str]]] = {}
-    for cell in areas:
-        m = DRIVE.match(cell)
-        if m and cell not in DONT_USE:
-            variants.setdefault(m.group(1), []).append((int(m.group(2)), cell))
-    res = SizingResult()
-    for key, c in net.cells.items():
-        m = DRIVE.match(c["type"])
-        if not m or key not in cell_xy or len(variants.get(m.group(1), ())) < 2:
-            continue
-        need = 0.0
-        for pin, bits in c["connections"].items():
-            if c["port_directions"].get(pin) != "output" or not isinstance(bits[0], int) or bits[0] in clock_bits:
-                continue
-            xs, ys, load = [cell_xy[key][0]], [cell_xy[key][1]], 0.0
-            for sk, spin, _ in net.sinks.get(bits[0], ()):
-                load += caps.get((net.cells[sk]["type"], spin), DEFAULT_PIN_CAP_FF)
-                if sk in cell_xy:
-                    xs.append(cell_xy[sk][0])
-                    ys.append(cell_xy[sk][1])
-            if bits[0] in port_xy:
-                xs.append(port_xy[bits[0]][0])
-                ys.append(port_xy[bits[0]][1])
-            load += (max(xs) - min(xs) + max(ys) - min(ys)) * steiner(len(xs)) * c_per_um
-            need = max(need, load / LOAD_PER_DRIVE_FF)
-        drive = int(m.group(2))
-        if need <= drive:
-            continue
-        stronger = sorted(v for v in variants[m.group(1)] if v[0] > drive)
-        if not stronger:
-            continue
-        new = next((cell for n, cell in stronger if n >= need), stronger[-1][1])
-        res.resized[key] = c["type"]
-        change = f"{c['type']}->{new}"
-        res.by_change[change] = res.by_change.get(change, 0) + 1
-        res.area_added_um2 += areas[new] - areas[c["type"]]
-        res.gates_upsized += 1
-        c["type"] = new
-    progress(f"sizing: {res.gates_upsized:,} gates upsized for their placed load (+{res.area_added_um2:,.0f} um2)")
-    return res
-
-
-def verify_sizing(module: dict, res: SizingResult) -> None:
-    """Sizing kept every resized gate's function and pins."""
-    for key, old in res.resized.items():
-        c = module["cells"][key]
-        new = DRIVE.match(c["type"])
-        if new is None or new.group(1) != DRIVE.match(old).group(1):
-            raise RepairError(f"{key} was a {old} and is now a {c['type']}: not the same function")
 
 
 def verify(module: dict, res: RepairResult) -> None:

@@ -197,29 +197,3 @@ def test_sta_times_the_repaired_netlist(placed_small_fanout):
     log = (base / "place" / "sta" / "typical.log").read_text()
     assert "@@PARASITICS" in log and "Warning" not in log, log[:2000]
     assert r["sta"]["typical"]["met"]
-
-
-def test_size_drivers_upsizes_gates_for_their_placed_load(liberty):
-    from flow.repair import size_drivers, verify_sizing
-    nand = {"A1": "input", "A2": "input", "ZN": "output"}
-    cells = {"far": {"type": "NAND2_X1", "port_directions": nand, "connections": {"A1": [3], "A2": [3], "ZN": [10]}},
-             "near": {"type": "NAND2_X1", "port_directions": nand, "connections": {"A1": [3], "A2": [3], "ZN": [11]}},
-             "xor": {"type": "XOR2_X1", "port_directions": {"A": "input", "B": "input", "Z": "output"},
-                     "connections": {"A": [3], "B": [3], "Z": [12]}},
-             "s0": {"type": "INV_X1", "port_directions": {"A": "input", "ZN": "output"}, "connections": {"A": [10], "ZN": [20]}},
-             "s1": {"type": "INV_X1", "port_directions": {"A": "input", "ZN": "output"}, "connections": {"A": [11], "ZN": [21]}},
-             "s2": {"type": "INV_X1", "port_directions": {"A": "input", "ZN": "output"}, "connections": {"A": [12], "ZN": [22]}}}
-    module = {"ports": {"d": {"direction": "input", "bits": [3]}}, "cells": cells, "netnames": {}}
-    xy = {"far": (0.0, 0.0), "s0": (600.0, 0.0), "near": (0.0, 0.0), "s1": (5.0, 0.0), "xor": (0.0, 0.0),
-          "s2": (5000.0, 0.0)}
-    areas = liberty_areas(liberty)
-    res = size_drivers(module, xy, {}, input_caps(liberty.read_text()), areas, 0.1, steiner_factor, set())
-    # 600 um x 0.1 fF/um = 60 fF: six times what an X1 may drive, so the smallest NAND2 of at least X6 (X4 is
-    # the strongest there is); 5 um stays X1; the XOR's 500 fF gets its strongest, X2
-    assert cells["far"]["type"] == "NAND2_X4" and cells["near"]["type"] == "NAND2_X1" and cells["xor"]["type"] == "XOR2_X2"
-    assert res.gates_upsized == 2 and res.by_change == {"NAND2_X1->NAND2_X4": 1, "XOR2_X1->XOR2_X2": 1}
-    assert res.area_added_um2 == pytest.approx(areas["NAND2_X4"] - areas["NAND2_X1"] + areas["XOR2_X2"] - areas["XOR2_X1"])
-    verify_sizing(module, res)
-    cells["far"]["type"] = "NOR2_X4"
-    with pytest.raises(RepairError, match="far was a NAND2_X1 and is now a NOR2_X4"):
-        verify_sizing(module, res)
