@@ -2,6 +2,7 @@
 and what it wrote, or the stage's error."""
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -46,3 +47,13 @@ def die_with_parent() -> None:
     import signal
     PR_SET_PDEATHSIG = 1
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def job_count(jobs: object, what: str) -> int:
+    """``jobs`` child processes (``what`` they are) to run at a time; None: one per CPU this process may use.
+    Raises ValueError naming the bad value."""
+    if jobs is None:
+        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
+        raise ValueError(f"--jobs must be a whole number of {what}, at least 1; got {jobs!r}")
+    return jobs

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import os
 import shutil
 import subprocess
 import sys
@@ -32,7 +31,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from flow.cli import publish, report_stage
+from flow.cli import job_count, publish, report_stage
 from flow.toolchain import ToolError, require
 from pdk_config import PdkError, find_pdk
 from pdk_config.nangate45 import CORNERS
@@ -183,9 +182,10 @@ def run_sta(synth: Path, out: Path, corners: list[str], period_ns: float, clock:
         raise StaError(f"{netlist} not found")
     if period_ns <= 0:
         raise StaError(f"--period must be positive, got {period_ns}")
-    jobs = (os.cpu_count() or 1) if jobs is None else jobs
-    if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
-        raise StaError(f"--jobs must be a whole number of OpenSTA processes, at least 1; got {jobs!r}")
+    try:
+        jobs = job_count(jobs, "OpenSTA processes")
+    except ValueError as e:
+        raise StaError(str(e)) from None
     try:
         sta_path = require("sta")
         pdk = find_pdk()

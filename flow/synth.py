@@ -31,7 +31,6 @@ import argparse
 import hashlib
 import importlib.metadata
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -40,7 +39,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from flow.cli import die_with_parent, publish, report_stage
+from flow.cli import die_with_parent, job_count, publish, report_stage
 from pdk_config import PdkError, find_pdk
 from pdk_config.nangate45 import BUFFER, DONT_USE, TIE_HI, TIE_LO
 
@@ -712,15 +711,12 @@ def _merge_parts(stage: Path, top: str, parts: list[Part]) -> dict[str, float | 
     return chip_areas
 
 
-def _default_jobs() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-
-
 def synthesize(rtl_dir: Path, out: Path, top: str | None = None, flatten: bool = False, full_adders: bool = False,
                jobs: int | None = None, cache: Path = REPO / "build" / "pdk_cache") -> dict:
-    jobs = _default_jobs() if jobs is None else jobs
-    if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
-        raise SynthError(f"jobs must be a whole number of Yosys processes, at least 1; got {jobs!r}")
+    try:
+        jobs = job_count(jobs, "Yosys processes")
+    except ValueError as e:
+        raise SynthError(str(e)) from None
     try:
         pdk = find_pdk()
     except PdkError as e:

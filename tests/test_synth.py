@@ -143,7 +143,7 @@ def test_partition_keeps_a_shared_subtree_in_the_rest():
 
 def test_jobs_must_be_a_positive_count(tmp_path):
     for bad in (0, -1, 1.5, True):
-        with pytest.raises(SynthError, match=f"jobs must be .* at least 1; got {re.escape(repr(bad))}"):
+        with pytest.raises(SynthError, match=f"--jobs must be .* at least 1; got {re.escape(repr(bad))}"):
             synthesize(DATA / "mac_sram", tmp_path / "synth", jobs=bad)
 
 
