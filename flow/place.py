@@ -5,8 +5,8 @@
 Steps (ARCHITECTURE.md, "Physical implementation"):
 
 1. netlist: Yosys (pyosys, in a child process) reads ``<top>.sta.il`` (the RTLIL twin of the STA netlist
-   ``<top>.sta.v``), keeps the macro modules as black boxes and flattens the hierarchy; names stay those
-   OpenSTA sees in ``<top>.sta.v`` (``lane0/_0644_``);
+   ``<top>.sta.v``) and the macros' empty modules ``<top>.macros.v`` as black boxes, and flattens the
+   hierarchy; names stay those OpenSTA sees in ``<top>.sta.v`` (``lane0/_0644_``);
 2. macros: every ``msh_sram`` becomes its grid of fakeram45 macros (flow/macro_map.py); every ``msh_rom``
    maps to logic that this netlist does not contain yet (its pins are left unplaced, and noted);
 3. floorplan: the macros, each with a keep-out ring, are packed in shelves from the bottom-left corner
@@ -57,7 +57,6 @@ MAX_PLACE_FANOUT = 1000        # nets above this many pins are ignored by the pl
 CORE_MARGIN_SITES = 10         # gap between die edge and rows, in sites (x) ...
 CORE_MARGIN_ROWS = 1           # ... and rows (y): room for the I/O pins
 PIN_LAYERS = {"left": "metal3", "right": "metal3", "top": "metal2", "bottom": "metal2"}
-MACRO_MODULES_MARK = "\n// Macros as empty modules"     # where flow/synth.py's STA netlist lists them
 MACRO_PIN = re.compile(r"^(msh_sram|msh_rom)_(\d+)x(\d+)$")
 SRAM_SCALAR_PINS = ("clk", "we", "re")      # every other msh_sram pin is a bus (flow/synth.py _macro_module)
 
@@ -87,9 +86,8 @@ def flatten_worker(job_path: Path) -> int:
     return 0
 
 
-def flatten(netlist: Path, macro_modules: str, top: str, liberty: Path, stage: Path) -> dict:
-    (stage / "macro_modules.v").write_text(macro_modules)
-    job = {"netlist": str(netlist.resolve()), "macros": str((stage / "macro_modules.v").resolve()), "top": top,
+def flatten(netlist: Path, macros: Path, top: str, liberty: Path, stage: Path) -> dict:
+    job = {"netlist": str(netlist.resolve()), "macros": str(macros.resolve()), "top": top,
            "liberty": str(liberty.resolve()), "json": str((stage / "flat.json").resolve())}
     (stage / "flatten.job.json").write_text(json.dumps(job))
     with open(stage / "flatten.log", "w") as log:
@@ -571,10 +569,10 @@ def place(synth: Path, out: Path, utilization: float = 0.6, effort: int = 1, cor
         raise PlaceError(f"{sj} not found: run `make synth` (python -m flow.synth) first")
     s = json.loads(sj.read_text())
     top = s["top"]
-    if "sta_rtlil" not in s["files"]:
+    if not {"sta_rtlil", "macro_modules"} <= set(s["files"]):
         raise PlaceError(f"{sj} is from an older flow.synth (no RTLIL netlist): run `make synth` again")
-    netlist, sta_netlist = (Path(synth) / s["files"][k] for k in ("sta_rtlil", "sta_netlist"))
-    for f in (netlist, sta_netlist):
+    netlist, macros_v = (Path(synth) / s["files"][k] for k in ("sta_rtlil", "macro_modules"))
+    for f in (netlist, macros_v):
         if not f.is_file():
             raise PlaceError(f"{f} not found (synth.json names it): run `make synth` again")
     try:
@@ -596,11 +594,8 @@ def place(synth: Path, out: Path, utilization: float = 0.6, effort: int = 1, cor
     rc = RcModel.from_lef(lef)
     progress(f"{top}: flattening {netlist} ...")
     liberty = pdk.plain_liberty("typical", cache)
-    with open(sta_netlist, "rb") as f:      # the macros' empty modules end the STA netlist (flow/synth.py)
-        f.seek(max(0, sta_netlist.stat().st_size - 1_000_000))
-        tail = f.read().decode(errors="replace").split(MACRO_MODULES_MARK, 1)
-    macro_modules = MACRO_MODULES_MARK + tail[1] if len(tail) == 2 else ""
-    module = flatten(netlist, macro_modules, top, liberty, stage)
+    macro_modules = macros_v.read_text()
+    module = flatten(netlist, macros_v, top, liberty, stage)
     sizes = macro_sizes(pdk.fakerams)
     progress(f"placement objects for {len(module['cells']):,} instances ({time.monotonic() - t:.0f} s) ...")
     try:
@@ -719,7 +714,7 @@ def place(synth: Path, out: Path, utilization: float = 0.6, effort: int = 1, cor
     }
     (stage / "place.json").write_text(json.dumps(result, indent=1) + "\n")
     (stage / "place.txt").write_text(summary_text(result))
-    for f in ("flatten.job.json", "macro_modules.v"):
+    for f in ("flatten.job.json",):
         (stage / f).unlink(missing_ok=True)
     publish(stage, out)
     return result

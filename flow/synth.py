@@ -46,7 +46,7 @@ from pdk_config.nangate45 import BUFFER, DONT_USE, TIE_HI, TIE_LO
 REPO = Path(__file__).resolve().parent.parent
 MACROS = ("msh_sram", "msh_rom")
 FA_MAP = Path(__file__).resolve().parent / "techmap" / "fa_map.v"
-RESULT_SCHEMA = "nano-k3/synth/2"      # the layout of synth.json: change it when that changes
+RESULT_SCHEMA = "nano-k3/synth/3"      # the layout of synth.json: change it when that changes
 # `--full-adders`: synth's `fine` steps with maccmap's full adders put on FA_X1 / HA_X1 cells
 # (flow/techmap/fa_map.v). Measured on msh_chip_top: 30 % fewer cells (1.06M), mapping in 9 instead of
 # 14 min, but 9 % more logic area, and the slow corner misses 10 ns before placement (-2.8 ns): ABC
@@ -558,7 +558,8 @@ def build_result(rtl: RtlInput, stage: Path, liberty: Path, pdk, flatten: bool, 
         "finished_unix": round(time.time(), 1),      # with runtime_s: when it ran (flow/report.py's flow runtime)
         "versions": {**_versions(), "yosys": yosys_version, "abc": "yosys-abc bundled with pyosys"},
         "files": {"netlist": f"{rtl.top}.v", "sta_netlist": f"{rtl.top}.sta.v",
-                  "sta_rtlil": f"{rtl.top}.sta.il", "log": "yosys.log", "stat": "stat.txt", "summary": "synth.txt"},
+                  "sta_rtlil": f"{rtl.top}.sta.il", "macro_modules": f"{rtl.top}.macros.v", "log": "yosys.log",
+                  "stat": "stat.txt", "summary": "synth.txt"},
         "metrics": {
             "synth__design__instance__area__stdcell": round(logic_area, 3),
             "synth__design__instance__area__macros": round(macro_area, 3),
@@ -686,7 +687,7 @@ def _run_parts(job: dict, parts: list[Part], stage: Path, jobs: int) -> list[flo
 
 
 def _merge_parts(stage: Path, top: str, parts: list[Part]) -> dict[str, float | None]:
-    """One netlist, STA netlist, summary, stat and log from the parts; returns Yosys' "Chip area" of each
+    """One netlist, STA netlist (and its macros' empty modules alone), summary, stat and log from the parts; returns Yosys' "Chip area" of each
     part's top (one instance of it, the other parts' tops counted as 0)."""
     dirs = [stage / "parts" / str(i) for i in range(len(parts))]
     summary: dict = {}
@@ -704,9 +705,10 @@ def _merge_parts(stage: Path, top: str, parts: list[Part]) -> dict[str, float | 
             chip_areas[part.top] = _chip_area(stat_txt, part.top)
             summary.update(json.loads((d / "design.json").read_text()))
             variants |= {tuple(v) for v in json.loads((d / "macro_types.json").read_text())}
-        sta.write("\n// Macros as empty modules (cut at their pins); see flow/synth.py\n")
-        for v in sorted(variants):
-            sta.write(_macro_module(*v))
+        macro_modules = "\n// Macros as empty modules (cut at their pins); see flow/synth.py\n" + \
+            "".join(_macro_module(*v) for v in sorted(variants))
+        sta.write(macro_modules)
+    (stage / f"{top}.macros.v").write_text(macro_modules)      # on their own for flow/place.py
     (stage / "design.json").write_text(json.dumps(summary, indent=1))
     return chip_areas
 
