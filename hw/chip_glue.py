@@ -1,10 +1,11 @@
 """Stream adapters between the vector register file / parameter buffers and the engines' inputs.
 
-* ``ElemFeeder``: reads elements of up to four VRF slots (one ``msh_sram`` read per element) together
-  with the matching entries of the two parameter buffers (PRF a: int16 or a channel's conv taps,
-  PRF b: int16), and emits one ``feed_layout`` transfer per element (``interleave = 0``: slot after
-  slot, e.g. the mixer's candidates) or per element index with every slot's value side by side
-  (``interleave = 1``: elementwise ops, the MoE combine). Full rate under no back-pressure.
+* ``ElemFeeder``: reads elements of up to four VRF slots together with the matching entries of the
+  two parameter buffers (PRF a: int16 or a channel's conv taps, PRF b: int16), and emits one
+  ``feed_layout`` transfer per element (``interleave = 0``: slot after slot, one ``msh_sram`` read per
+  element, e.g. the mixer's candidates) or per element index with every slot's value side by side
+  (``interleave = 1``: elementwise ops, the MoE combine; each slot's word is read once per ``LANES``
+  elements). Full rate under no back-pressure.
 * ``WordFeeder``: whole VRF words (``LANES`` elements) of one slot, ``nw`` words from ``w0`` (MLA
   engine input, and both passes of ``hw.mac_input.MacInput``).
 * ``Combine``: ``nano_k3.fixed.moe_combine`` for one element per transfer.
@@ -63,14 +64,24 @@ class _Queue2:
 
 
 class ElemFeeder(wiring.Component):
-    """Element stream of VRF slots plus parameter-buffer entries (see the module docstring)."""
+    """Element stream of VRF slots plus parameter-buffer entries (see the module docstring).
+
+    ``interleave = 1`` reads each source's VRF word once per ``LANES`` elements into a word register
+    (``word_srcs`` of them: the most sources an interleaved op has), so an interleaved feed of ``ns``
+    sources takes ``n + (ns − 1)·⌈n / LANES⌉`` cycles: ``ns`` reads at the first element of each word,
+    one cycle for every other element. Sequential feeds read one element per cycle.
+    """
 
     def __init__(self, *, slot_bits: int, slot_words: int, vrf_abits: int, prf_width: int, prf_abits: int,
-                 max_n: int, dh: int, conv_k: int):
+                 max_n: int, dh: int, conv_k: int, word_srcs: int = MAX_SRCS):
         if conv_k > 4 or dh & (dh - 1):
             self._MustUse__silence = True
             raise ValueError(f"ElemFeeder: conv_k must be <= 4 and dh a power of two, got {conv_k}, {dh}")
+        if not 1 <= word_srcs <= MAX_SRCS:
+            self._MustUse__silence = True
+            raise ValueError(f"ElemFeeder: word_srcs must be in 1..{MAX_SRCS}, got {word_srcs}")
         self.slot_words, self.prf_width, self.max_n, self.dh, self.conv_k = slot_words, prf_width, max_n, dh, conv_k
+        self.word_srcs = word_srcs
         super().__init__({
             "start": In(1),
             "srcs": In(ArrayLayout(unsigned(slot_bits), MAX_SRCS)),
@@ -90,32 +101,45 @@ class ElemFeeder(wiring.Component):
         m = Module()
         lay = feed_layout(self.max_n)
         PB = self.prf_width // 8
+        LL = _log2(LANES)
         active = Signal()
         i = Signal(range(self.max_n + 1))
         s = Signal(range(MAX_SRCS + 1))
-        t_valid, t_push = Signal(), Signal()
+        t_valid, t_push, t_read = Signal(), Signal(), Signal()
         t_lane = Signal(range(LANES))
         t_s = Signal(2)
         t_i = Signal.like(i)
         t_pa, t_pb = Signal(range(PB)), Signal(range(PB))
         t_elast, t_final = Signal(), Signal()
-        acc = Array(Signal(signed(X.bits), name=f"acc{k}") for k in range(MAX_SRCS))
+        words = [Signal(LANES * X.bits, name=f"word{k}") for k in range(self.word_srcs)]
 
+        # interleaved: the sources' words are read at the first element of each word (s = 0 .. ns − 1),
+        # the other elements come from the word registers
+        word_start = Signal()
+        m.d.comb += word_start.eq(i[:LL] == 0)
+        reads = Signal()
         pushes = Signal()
-        m.d.comb += pushes.eq(~self.interleave | (s == self.ns - 1))
+        m.d.comb += [reads.eq(~self.interleave | word_start),
+                     pushes.eq(~self.interleave | ~word_start | (s == self.ns - 1))]
         lane_val = Signal(signed(X.bits))
         m.d.comb += lane_val.eq(self.vrf_rdata.word_select(t_lane, X.bits).as_signed())
         pdata = Signal(lay)
         for k in range(MAX_SRCS):
-            # sequential feeds (mixer candidates) carry the value in data[0]
-            hit = (t_s == k) | ~self.interleave if k == 0 else (t_s == k)
-            m.d.comb += pdata.data[k].eq(Mux(hit, lane_val, acc[k]))
+            if k < self.word_srcs:
+                kept = words[k].word_select(t_lane, X.bits).as_signed()
+                hit = (t_s == k) & t_read | ~self.interleave if k == 0 else (t_s == k) & t_read
+                m.d.comb += pdata.data[k].eq(Mux(hit, lane_val, kept))
+            elif k == 0:
+                m.d.comb += pdata.data[k].eq(lane_val)
         m.d.comb += [pdata.pa.eq((self.pa_rdata >> (t_pa * 8))[:4 * PARAM_BITS]),
                      pdata.pb.eq((self.pb_rdata >> (t_pb * 8))[:PARAM_BITS]),
                      pdata.idx.eq(t_i), pdata.cand.eq(t_s), pdata.elast.eq(t_elast), pdata.final.eq(t_final)]
         q = _Queue2(m, self.o, lay, t_valid & t_push, pdata, t_valid & t_push)
-        with m.If(t_valid):
-            m.d.sync += acc[t_s].eq(lane_val)
+        with m.If(t_valid & t_read & self.interleave):
+            with m.Switch(t_s):
+                for k in range(self.word_srcs):
+                    with m.Case(k):
+                        m.d.sync += words[k].eq(self.vrf_rdata)
 
         issue = Signal()
         m.d.comb += issue.eq(active & (~pushes | q.room))
@@ -136,19 +160,19 @@ class ElemFeeder(wiring.Component):
                 m.d.comb += pa_byte.eq(i << 1)
         m.d.comb += pb_byte.eq(Mux(self.pb_mode == PbMode.HEAD, (i >> lgdh) << 1, i << 1))
         m.d.comb += [
-            self.vrf_re.eq(issue), self.vrf_raddr.eq(slot * self.slot_words + (i >> _log2(LANES))),
+            self.vrf_re.eq(issue & reads), self.vrf_raddr.eq(slot * self.slot_words + (i >> LL)),
             self.pa_re.eq(issue), self.pa_raddr.eq(pa_byte >> _log2(PB)),
             self.pb_re.eq(issue), self.pb_raddr.eq(pb_byte >> _log2(PB)),
         ]
         final = Signal()
-        m.d.comb += final.eq(last_i & last_s)
+        m.d.comb += final.eq(last_i & (last_s | self.interleave & ~word_start))
         m.d.sync += [t_valid.eq(issue)]
         with m.If(issue):
-            m.d.sync += [t_push.eq(pushes), t_lane.eq(i[:_log2(LANES)]), t_s.eq(s[:2]), t_i.eq(i),
+            m.d.sync += [t_push.eq(pushes), t_read.eq(reads), t_lane.eq(i[:LL]), t_s.eq(s[:2]), t_i.eq(i),
                          t_pa.eq(pa_byte[:_log2(PB)]), t_pb.eq(pb_byte[:_log2(PB)]),
                          t_elast.eq(last_i), t_final.eq(final)]
             with m.If(self.interleave):
-                with m.If(last_s):
+                with m.If(last_s | ~word_start):
                     m.d.sync += [s.eq(0), i.eq(i + 1)]
                 with m.Else():
                     m.d.sync += s.eq(s + 1)

@@ -14,8 +14,8 @@ Engine formulas used (no stalls):
           head is throttled by its logits writer: 4 write beats per 16-lane chunk, one per cycle.
 * RMS     ``n + NormUnit.GAP + n − 1`` (two passes, hw/norm_unit.py)
 * MIX     ``ResMixer.latency(candidates, d)``
-* EW      ``ns·n + Elementwise.LATENCY``; COMB ``ns·n + Combine.LATENCY`` (``ns`` sources: the
-          ElemFeeder interleaves them, one VRF read per source per element)
+* EW      ``n + (ns − 1)·⌈n/16⌉ + Elementwise.LATENCY``; COMB the same with ``Combine.LATENCY``
+          (``ns`` sources side by side: the ElemFeeder reads each source's word once per 16 elements)
 * ROUTE   ``MoeRouter.latency(E) + top_k − 1``
 * KDA     one element a cycle (``n``); the last segment adds the engine's drain (``KDA_DRAIN``)
 * MLA     the feed segments one word a cycle; the last adds ``MlaParams.cycles(t)`` minus its load
@@ -212,10 +212,9 @@ class PerfModel:
             return s.elem + 2 * op.n + NORM_GAP - 1
         if op.opc == Opc.MIX:
             return s.elem + self.mix_cycles(len(op.srcs), op.n)
-        if op.opc == Opc.EW:           # interleaved feed: one VRF read per source per element
-            return s.elem + len(op.srcs) * op.n + EW_LATENCY
-        if op.opc == Opc.COMB:
-            return s.elem + len(op.srcs) * op.n + COMB_LATENCY
+        if op.opc in (Opc.EW, Opc.COMB):     # interleaved feed: ns word reads per 16 elements
+            feed = op.n + (len(op.srcs) - 1) * -(-op.n // LANES)
+            return s.elem + feed + (EW_LATENCY if op.opc == Opc.EW else COMB_LATENCY)
         if op.opc == Opc.ROUTE:
             return s.elem + s.route + self.router_cycles()
         if op.opc == Opc.KDA:

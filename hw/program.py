@@ -56,6 +56,9 @@ class Opc(enum.IntEnum):
     MLA = 10
 
 
+INTERLEAVED = (Opc.EW, Opc.COMB)      # ops fed element by element with every source side by side
+
+
 class PaMode(enum.IntEnum):      # index of the PRF a element for element i
     LIN = 0          # i (int16)
     HEADMOD = 1      # i mod dh (int16): KDA onorm.w shared by the heads

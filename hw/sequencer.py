@@ -44,7 +44,7 @@ from hw.mla_params import MlaParams
 from hw.moe_router import MoeRouter, MoeRouterParams
 from hw.norm_unit import NormOp, NormParams, NormUnit
 from hw.params import ChipParams, require_instance
-from hw.program import LANES, ROM_NAME, Opc, Program, fields, program_for
+from hw.program import INTERLEAVED, LANES, ROM_NAME, Opc, Program, fields, program_for
 from hw.res_mixer import ResMixer, ResMixerParams
 from hw.vector_unit import Elementwise
 from hw.vrf import Sram
@@ -221,7 +221,9 @@ class ChipCore(wiring.Component):
         sb = max(1, (prog.n_slots - 1).bit_length())
         ef = m.submodules.elem_feeder = ElemFeeder(slot_bits=sb, slot_words=SW, vrf_abits=vrf.abits,
                                                    prf_width=prf_w, prf_abits=prf[0].abits, max_n=max_n,
-                                                   dh=cfg.kda_dh, conv_k=cfg.conv_k)
+                                                   dh=cfg.kda_dh, conv_k=cfg.conv_k,
+                                                   word_srcs=max(len(o.srcs) for o in prog.ops
+                                                                 if o.opc in INTERLEAVED))
         wf = m.submodules.word_feeder = WordFeeder(slot_bits=sb, slot_words=SW, vrf_abits=vrf.abits)
         for k in range(4):
             m.d.comb += ef.srcs[k].eq(getattr(op, f"s{k}"))
@@ -375,7 +377,7 @@ class ChipCore(wiring.Component):
 
         # ---- the control FSM ------------------------------------------------------------------------------
         start_ef, start_wf = Signal(), Signal()
-        m.d.comb += [ef.start.eq(start_ef), wf.start.eq(start_wf), ef.interleave.eq(is_op(Opc.EW) | is_op(Opc.COMB))]
+        m.d.comb += [ef.start.eq(start_ef), wf.start.eq(start_wf), ef.interleave.eq(Cat(*[is_op(c) for c in INTERLEAVED]).any())]
         mac_cmd = mac.i.payload
         fin_log2 = _log2_sig(m, op.fan_in)
         m.d.comb += [mac_cmd.q_beat.eq(dq[0]), mac_cmd.s_beat.eq(dq[1]), mac_cmd.z_beat.eq(dq[2]),
