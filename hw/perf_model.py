@@ -2,16 +2,19 @@
 
 Pure Python (imports engine classes for their constants, elaborates nothing). The chip
 (hw/sequencer.py) runs the ops of ``hw.program`` one after another, each op's feed and collect
-concurrently, so a position costs the sum of its ops:
+concurrently, except that a (non-head) MV ends as soon as the MAC array takes its command: its results
+drain into the VRF while the next ops run. A keep MV (activations already in the array) then waits
+for the array to take its command, a PLD for the array's store read port, and every other op for the
+last result (``PerfModel.position`` runs that timeline). In isolation:
 
     op cycles = sequencer overhead of its class (FETCH, DISPATCH, DESC, NEXT, handshakes; ``SeqOverheads``)
               + the engine's own cycle formula (hw/*.py, cited per class below)
 
 Engine formulas used (no stalls):
-* MV      ``MacArrayParams.issue_cycles`` + ``MacArray.LATENCY`` + (max(``MacArrayParams.scale_steps``,
-          chunks of the last block) − 1),
-          plus two WordFeeder passes through ``MacInput`` (scan, convert: ``words`` each). The LM
-          head is throttled by its logits writer: 4 write beats per 16-lane chunk, one per cycle.
+* MV      results: ``MacArrayParams.issue_cycles`` + ``MacArray.LATENCY`` + (max(``MacArrayParams.scale_steps``,
+          chunks of the last block) − 1) after the command; the op itself: two WordFeeder passes through
+          ``MacInput`` (scan, convert: ``words`` each) unless ``keep``. The LM head waits for its
+          results, throttled by its logits writer: 4 write beats per 16-lane chunk, one per cycle.
 * RMS     ``n + NormUnit.GAP + n − 1`` (two passes, hw/norm_unit.py)
 * MIX     ``ResMixer.latency(candidates, d)``
 * EW      ``n + (ns − 1)·⌈n/16⌉ + Elementwise.LATENCY``; COMB the same with ``Combine.LATENCY``
@@ -26,7 +29,7 @@ The sequencer overheads (``SEQ``) and the two engine constants without a formula
 (``KDA_DRAIN`` from hw/kda_engine.py's docstring, ``MAC_INPUT_PASS``) were measured from the RTL with
 verification/phase_monitor.py on nano-g128-s48-long (``python -m verification.bench``), documented
 where they are defined. With them every op of nano-g128-s48-long is predicted to the cycle (the run
-to 1 cycle in 365,929: the load phase's read latency is jitter); nano-g64-s64-long, not used for
+to 1 cycle in 298,633: the load phase's read latency is jitter); nano-g64-s64-long, not used for
 fitting, checks them (other group → other issue cycles, longer MLA cache).
 
 Load phase: header (256 B), descriptor table, tensor block and token ids, each one read request
@@ -45,6 +48,7 @@ from hw.mla_params import SCORE_DRAIN as MLA_SCORE_DRAIN
 from hw.moe_router import MoeRouter
 from hw.norm_unit import NormUnit
 from hw.program import LANES, Op, Opc, program_for
+from hw.sequencer import MV_QUEUE
 from hw.res_mixer import ResMixer
 from hw.vector_unit import Elementwise
 from nano_k3.config import ModelConfig, preset
@@ -87,7 +91,15 @@ class ChipPerfParams:
 # every position in the nano g128 / g64 runs unless noted.
 @dataclass(frozen=True)
 class SeqOverheads:
-    mv: int = 11                 # FETCH, DISPATCH, DESC (4), MV_SCAN2, MV_CMD, NEXT + feeder/queue latency
+    mv: int = 10                 # an MV that feeds its activations: FETCH, DISPATCH, DESC (4), MV_SCAN2,
+                                 # MV_CMD, NEXT + feeder/queue latency; its command is taken 2 cycles before
+                                 # the op ends
+    keep_cmd: int = 6            # a keep MV's command is offered 6 cycles after its FETCH (FETCH, DISPATCH,
+                                 # DESC) and taken once the MAC array has issued the previous matvec
+    mac_next: int = 1            # the MAC array takes the next command issue + 1 cycles after the last one
+    mac_lock: int = 2            # its store read port is free (PLD reads) issue + 2 cycles after a command
+    pld_read: int = 7            # a PLD's first store read is offered 7 cycles after its FETCH
+    mv_done: int = 1             # the last result is written; the queue is empty one cycle later
     mac_input_pass: int = 3      # per WordFeeder → MacInput pass, beyond one cycle a word
     full_block: int = -1         # fan_out ≥ W: the last block's results leave one cycle earlier than
                                  # issue + LATENCY + chunks − 1 (MacArray docstring: 64→64 measured 46): its
@@ -171,20 +183,28 @@ class PerfModel:
         s_reads = 2 if min(fan_out, W) == W else 1
         return max(1, fan_out // W) * (fan_in // g) * max((g // 2) // F + 1 + s_reads, self.scale_steps(fan_out))
 
-    def mv_cycles(self, op: Op) -> int:
-        words = -(-op.fan_in // LANES)
-        feed = 2 * (words + self.seq.mac_input_pass)
+    def mv_feed(self, op: Op) -> int:
+        """Two WordFeeder passes through MacInput (scan, convert); none for a keep MV."""
+        return 0 if op.keep else 2 * (-(-op.fan_in // LANES) + self.seq.mac_input_pass)
+
+    def mac_cycles(self, op: Op) -> int:
+        """Command taken → the matvec's last result written to the VRF (non-head), no stalls."""
+        chunks = -(-min(op.fan_out, self.hw.mac_lanes) // self.hw.out_lanes)
+        full = self.seq.full_block if op.fan_out >= self.hw.mac_lanes else 0
+        return (self.issue_cycles(op.fan_in, op.fan_out) + MAC_LATENCY
+                + max(self.scale_steps(op.fan_out), chunks) - 1 + full)
+
+    def head_cycles(self, op: Op) -> int:
+        """The LM head MV, FETCH to NEXT: it waits for its last logits write beat."""
         chunks = -(-min(op.fan_out, self.hw.mac_lanes) // self.hw.out_lanes)
         full = self.seq.full_block if op.fan_out >= self.hw.mac_lanes else 0
         issue = self.issue_cycles(op.fan_in, op.fan_out)
         lat = MAC_LATENCY + max(0, self.scale_steps(op.fan_out) - chunks)     # results wait for the scale steps
-        if op.head:
-            # each 16-lane chunk is 4 write beats (16 int32 logits), so the last block drains at one
-            # chunk per 4 cycles; the head is issue-bound unless the writes alone take longer
-            mac = issue + lat + 4 * chunks - 1 + 2 * full
-            writes = 4 * (op.fan_out // self.hw.out_lanes)
-            return self.seq.mv + feed + max(mac, writes + self.seq.head)
-        return self.seq.mv + feed + issue + lat + chunks - 1 + full
+        # each 16-lane chunk is 4 write beats (16 int32 logits), so the last block drains at one
+        # chunk per 4 cycles; the head is issue-bound unless the writes alone take longer
+        mac = issue + lat + 4 * chunks - 1 + 2 * full
+        writes = 4 * (op.fan_out // self.hw.out_lanes)
+        return self.seq.mv + 1 + self.mv_feed(op) + max(mac, writes + self.seq.head)
 
     def mix_cycles(self, n_cands: int, d: int) -> int:
         return ResMixer.latency(n_cands, d)
@@ -200,10 +220,11 @@ class PerfModel:
         return c.mla_heads * ((t + 1) * wq + MLA_SCORE_DRAIN + wv * ((t + 1) + MLA_CTX_DRAIN))
 
     def op_cycles(self, op: Op, t: int) -> int:
-        """Cycles of one op at position t (0-based), FETCH to NEXT."""
+        """Cycles of one op at position t (0-based), FETCH to NEXT, started with no matvec in flight
+        (``position`` adds the waits for earlier matvecs)."""
         s, c = self.seq, self.cfg
         if op.opc == Opc.MV:
-            return self.mv_cycles(op)
+            return self.head_cycles(op) if op.head else (s.keep_cmd + 2 if op.keep else s.mv + self.mv_feed(op))
         if op.opc == Opc.PLD:
             return s.pld + -(-op.nbeats // self.hw.banks)
         if op.opc == Opc.EMB:
@@ -227,8 +248,33 @@ class PerfModel:
 
     # --- phases ----------------------------------------------------------------------------------
     def position(self, t: int) -> list[OpCost]:
-        return [OpCost(k, op.opc.name, op.name, ph, self.op_cycles(op, t))
-                for k, (op, ph) in enumerate(zip(self.ops, self.op_phases))]
+        """Every op's cycles at position t, on a timeline: a non-head MV ends once its command is taken
+        while its results drain into the VRF; a keep MV's command waits for the MAC array to take it,
+        a PLD's reads for the array's store port, every other op for the last result (hw/sequencer.py)."""
+        s = self.seq
+        now, mac_free, port_free = 0, 0, 0
+        done: list[int] = []                         # cycle each queued matvec's results are all written
+        out = []
+        for k, (op, ph) in enumerate(zip(self.ops, self.op_phases)):
+            cost = self.op_cycles(op, t)
+            if op.opc == Opc.MV and op.keep:
+                cmd = max(now + s.keep_cmd, mac_free)
+                while sum(d > cmd for d in done) >= MV_QUEUE:
+                    cmd = min(d for d in done if d > cmd)
+                cost = cmd - now + 2
+            elif op.opc == Opc.PLD:
+                cost += max(0, port_free - (now + s.pld_read))
+            else:
+                cost += max(0, max(done, default=0) - now - 1)     # DISPATCH waits for the queue to empty
+                done = []
+            if op.opc == Opc.MV and not op.head:
+                cmd = now + cost - 2
+                mac_free = cmd + self.issue_cycles(op.fan_in, op.fan_out) + s.mac_next
+                port_free = cmd + self.issue_cycles(op.fan_in, op.fan_out) + s.mac_lock
+                done = [d for d in done if d > cmd] + [cmd + self.mac_cycles(op) + s.mv_done]
+            out.append(OpCost(k, op.opc.name, op.name, ph, cost))
+            now += cost
+        return out
 
     def load(self, seq_len: int) -> dict[str, int]:
         """Load-phase cycles per region: one read stream each, a beat a cycle plus the read latency."""

@@ -9,10 +9,13 @@ widths in ``fields(cfg)``; the sequencer decodes with the same table) and ``writ
 ``$readmemh`` file. ``emulate`` runs a program with the fixed-point model's functions (the same
 calls ``FixedModel`` makes), so a program bug shows up in Python before any RTL runs.
 
-Ops (engine in brackets; every op runs its feed and its collect concurrently, then the next op starts):
+Ops (engine in brackets; every op runs its feed and its collect concurrently, then the next op starts;
+only a keep MV, and a PLD, start while matvec results are still being written):
   EMB   dst                       embedding row of the position's token          [embedding unit]
   MV    rec src -> dst            mac_input(src) then the INT4 matvec of record rec (+9·expert)  [MAC array]
         head=1: LOGIT format, results to the logits writer (memory), argmax tracked
+        keep=1: the MAC array still holds this src (the previous MV's, same fan-in): no activation
+        feed, and the matvec is issued while the previous one's results still drain (``mark_keep``)
   PLD   rec -> PRF a|b            copy a small int16 tensor from the weight store to a parameter buffer
   RMS   src -> dst                RMSNorm with w = PRF a                          [norm unit]
   MIX   srcs -> dst               residual mix, w = PRF a, proj = PRF b           [residual mixer]
@@ -81,6 +84,7 @@ class Op:
     fan_out: int = 0
     expert: int = 0           # MV: 0 = rec as is, j + 1 = rec + 9 * (router choice j)
     head: int = 0             # MV: LM head (LOGIT, to memory)
+    keep: int = 0             # MV: the MAC array's activations are this op's (see ``mark_keep``)
     prf: int = 0              # PLD: 0 = a, 1 = b
     nbeats: int = 0           # PLD: beats to copy
     sel: int = 0              # KDA: segment
@@ -176,17 +180,21 @@ def build_program(cfg: ModelConfig) -> list[Op]:
         p = a if boundary else ew(EwKind.ADD, p, a, d)
         x = mix(B + [p], L + "res_mlp")
         h2 = rms(x, L + "norm2.w", d)
+        # every matvec of h2 back to back (the router's, the shared expert's, then the chosen ones'), then
+        # each expert's SwiGLU and down projection
         rl = mv(L + "moe.router", h2, d, cfg.n_experts)
-        pld(L + "moe.bias", 0)
-        ops.append(Op(Opc.ROUTE, (rl,), None, n=cfg.n_experts, name=L + "moe.router"))
+        experts = [(L + "moe.shared", L + "moe.shared", 0)]
+        experts += [(L + f"moe.top{j}", L + "moe.e0", j + 1) for j in range(cfg.top_k)]
+        gu = []
+        for k, (label, ename, ex) in enumerate(experts):
+            if k == 1:
+                pld(L + "moe.bias", 0)
+                ops.append(Op(Opc.ROUTE, (rl,), None, n=cfg.n_experts, name=L + "moe.router"))
+            gu.append([mv(f"{label}.{s}", h2, d, cfg.d_ff, expert=ex, rec_name=f"{ename}.{s}") for s in "gu"])
         outs = []
-        for j, e in enumerate(["shared"] + [None] * cfg.top_k):
-            ename = L + ("moe.shared" if e else "moe.e0")
-            label = L + (f"moe.shared" if e else f"moe.top{j - 1}")
-            g = mv(label + ".g", h2, d, cfg.d_ff, expert=0 if e else j, rec_name=ename + ".g")
-            u = mv(label + ".u", h2, d, cfg.d_ff, expert=0 if e else j, rec_name=ename + ".u")
+        for (label, ename, ex), (g, u) in zip(experts, gu):
             hid = ew(EwKind.SWIGLU, g, u, cfg.d_ff)
-            outs.append(mv(label + ".d", hid, cfg.d_ff, d, expert=0 if e else j, rec_name=ename + ".d"))
+            outs.append(mv(label + ".d", hid, cfg.d_ff, d, expert=ex, rec_name=ename + ".d"))
         moe = new("moe")
         ops.append(Op(Opc.COMB, tuple(outs), moe, n=d))
         x = ew(EwKind.ADD, p, moe, d)
@@ -194,7 +202,20 @@ def build_program(cfg: ModelConfig) -> list[Op]:
     hn = rms(x, "final_norm.w", d)
     mv("head", hn, d, cfg.vocab, head=1)
     ops.append(Op(Opc.END))
-    return ops
+    return mark_keep(ops)
+
+
+def mark_keep(ops: list[Op]) -> list[Op]:
+    """Set ``keep`` on every MV whose source value and fan-in are those of the MV before it (values
+    are never rewritten, so the MAC array's activation registers still hold that vector)."""
+    out, held = [], None
+    for op in ops:
+        if op.opc == Opc.MV:
+            key = (op.srcs[0], op.fan_in)
+            op = dataclasses.replace(op, keep=int(key == held))
+            held = key
+        out.append(op)
+    return out
 
 
 def _param_bytes(cfg: ModelConfig, name: str) -> int:
@@ -207,10 +228,10 @@ def _param_bytes(cfg: ModelConfig, name: str) -> int:
 
 def _kda(cfg, ops, mv, pld, new, h, n, layer):
     d, P, dh = cfg.d_model, cfg.kda_width, cfg.kda_dh
-    pre = {s: mv(f"{n}.{s}", h, d, P) for s in "qkv"}
+    pre = {s: mv(f"{n}.{s}", h, d, P) for s in "qkv"}       # the matvecs of h back to back
     bl = mv(n + ".b", h, d, cfg.kda_heads)
-    f = mv(n + ".f2", mv(n + ".f1", h, d, dh), dh, P)
-    z = mv(n + ".g2", mv(n + ".g1", h, d, dh), dh, P)
+    f1, g1 = mv(n + ".f1", h, d, dh), mv(n + ".g1", h, d, dh)
+    f, z = mv(n + ".f2", f1, dh, P), mv(n + ".g2", g1, dh, P)
     out = new("gated")
     for s, sel in (("q", KdaSel.Q), ("k", KdaSel.K), ("v", KdaSel.V)):
         pld(f"{n}.{s}conv", 0)
@@ -228,11 +249,12 @@ def _kda(cfg, ops, mv, pld, new, h, n, layer):
 def _mla(cfg, ops, mv, rms, new, h, n):
     d, H, dc = cfg.d_model, cfg.mla_heads, cfg.mla_dc
     dk, dr, dv = cfg.mla_dk, cfg.mla_dr, cfg.mla_dv
-    lat = rms(mv(n + ".wc", h, d, dc), n + ".knorm.w", dc)
+    c = mv(n + ".wc", h, d, dc)                # the matvecs of h back to back, then those of the latent
     qc = mv(n + ".wq_c", h, d, H * dk)
     qr = mv(n + ".wq_r", h, d, H * dr)
-    kc = mv(n + ".wk_c", lat, dc, H * dk)
     kr = mv(n + ".wk_r", h, d, dr)
+    lat = rms(c, n + ".knorm.w", dc)
+    kc = mv(n + ".wk_c", lat, dc, H * dk)
     v = mv(n + ".wv", lat, dc, H * dv)
     w = lambda e: -(-e // LANES)    # noqa: E731  words of a segment
     segs = []
@@ -293,7 +315,7 @@ def fields(cfg: ModelConfig, n_slots: int) -> dict[str, int]:
     big = max(cfg.vocab, cfg.mla_dc, cfg.kda_width, cfg.d_model, 2 * cfg.mla_heads * cfg.mla_dv)
     return {"opc": 4, **{f"s{k}": sb for k in range(MAX_SRCS)}, "ns": 3, "dst": sb,
             "n": big.bit_length(), "rec": max(1, (nrec - 1).bit_length()), "fan_in": big.bit_length(),
-            "fan_out_log2": 4, "expert": 3, "head": 1, "prf": 1, "nbeats": 8, "sel": 3, "layer": 2, "last": 1,
+            "fan_out_log2": 4, "expert": 3, "head": 1, "keep": 1, "prf": 1, "nbeats": 8, "sel": 3, "layer": 2, "last": 1,
             "n_out": big.bit_length(), "ewop": 2, "pa": 2, "pb": 1, "w0": 4, "nw": 4}
 
 
@@ -304,7 +326,7 @@ def word_bits(cfg: ModelConfig, n_slots: int) -> int:
 def encode(op: Op, cfg: ModelConfig, n_slots: int) -> int:
     vals = {"opc": int(op.opc), "ns": len(op.srcs), "dst": op.dst or 0, "n": op.n, "rec": op.rec,
             "fan_in": op.fan_in, "fan_out_log2": _log2(op.fan_out) if op.fan_out else 0, "expert": op.expert,
-            "head": op.head, "prf": op.prf, "nbeats": op.nbeats, "sel": op.sel, "layer": op.layer,
+            "head": op.head, "keep": op.keep, "prf": op.prf, "nbeats": op.nbeats, "sel": op.sel, "layer": op.layer,
             "last": op.last, "n_out": op.n_out, "ewop": op.ewop, "pa": op.pa, "pb": op.pb, "w0": op.w0,
             "nw": op.nw}
     if len(op.srcs) > MAX_SRCS:

@@ -56,6 +56,7 @@ from nano_k3.image import FORMAT_VERSION, MAGIC, STATUS_DONE, logits_stride
 from nano_k3.tensors import record_names
 
 RSP_DONE = 0x0000D0DE
+MV_QUEUE = 4               # matvecs issued and not yet written back (the MAC array returns them in order)
 CMD_RUN = 0x00000001
 STATUS_BAD = 0xBAD00000
 ADDR_BITS = 36
@@ -319,15 +320,28 @@ class ChipCore(wiring.Component):
         lw_blk = Signal(range(cfg.vocab // L + 1))
         mo = mac.o
         mla_o = mla.o
-        with m.If(is_op(Opc.MV) & ~head):
+        # Matvec results are written by their own collector: a queue holds the destination slot of
+        # every matvec issued and not yet written (in issue order, as the MAC array returns them), so
+        # the sequencer moves on once a (non-head) matvec is issued. Only a keep MV or a PLD may start
+        # while the queue is not empty (DISPATCH waits), so nothing else writes the VRF meanwhile.
+        mvq = Array(Signal(sb, name=f"mvq{k}") for k in range(MV_QUEUE))
+        mvq_rd, mvq_wr = Signal(range(MV_QUEUE)), Signal(range(MV_QUEUE))
+        mvq_n = Signal(range(MV_QUEUE + 1))
+        mvq_push, mvq_pop = Signal(), Signal()
+        mv_col = Signal(range(SW + 1))
+        with m.If(mvq_n != 0):
             m.d.comb += mo.ready.eq(1)
             with m.If(mo.valid):
-                m.d.comb += [vrf.w_en.eq(1), vrf.w_addr.eq(dst_base + col_cnt),
+                m.d.comb += [vrf.w_en.eq(1), vrf.w_addr.eq(mvq[mvq_rd] * SW + mv_col),
                              vrf.w_data.eq(Cat(*[mo.payload.y[j] for j in range(L)])),
                              vrf.w_strb.eq((Const(1, 4 * L + 1) << (mo.payload.count * 4)) - 1)]
-                m.d.sync += col_cnt.eq(col_cnt + 1)
+                m.d.sync += mv_col.eq(mv_col + 1)
                 with m.If(mo.payload.last):
-                    m.d.sync += col_done.eq(1)
+                    m.d.comb += mvq_pop.eq(1)
+                    m.d.sync += [mv_col.eq(0), mvq_rd.eq(mvq_rd + 1)]
+        with m.If(mvq_push):
+            m.d.sync += [mvq[mvq_wr].eq(op.dst), mvq_wr.eq(mvq_wr + 1)]
+        m.d.sync += mvq_n.eq(mvq_n + mvq_push - mvq_pop)
         with m.If(is_op(Opc.MLA) & op.last):
             m.d.comb += mla_o.ready.eq(1)
             with m.If(mla_o.valid):
@@ -495,17 +509,19 @@ class ChipCore(wiring.Component):
             with m.State("DISPATCH"):
                 m.d.comb += in_pos.eq(1)
                 m.d.sync += col_target.eq(Mux(is_op(Opc.KDA), Mux(op.last, op.n_out, 0), op.n))
-                with m.Switch(op.opc):
-                    with m.Case(Opc.EMB, Opc.MV, Opc.PLD):
-                        m.next = "DESC"
-                    with m.Case(Opc.RMS, Opc.MIX, Opc.EW, Opc.ROUTE, Opc.COMB, Opc.KDA):
-                        m.d.comb += start_ef.eq(1)
-                        m.next = "ELEM"
-                    with m.Case(Opc.MLA):
-                        m.d.comb += start_wf.eq(1)
-                        m.next = "MLA"
-                    with m.Case(Opc.END):
-                        m.next = "END"
+                drain = ~(is_op(Opc.MV) & op.keep) & ~is_op(Opc.PLD)     # must wait for the matvec results
+                with m.If(~drain | (mvq_n == 0)):
+                    with m.Switch(op.opc):
+                        with m.Case(Opc.EMB, Opc.MV, Opc.PLD):
+                            m.next = "DESC"
+                        with m.Case(Opc.RMS, Opc.MIX, Opc.EW, Opc.ROUTE, Opc.COMB, Opc.KDA):
+                            m.d.comb += start_ef.eq(1)
+                            m.next = "ELEM"
+                        with m.Case(Opc.MLA):
+                            m.d.comb += start_wf.eq(1)
+                            m.next = "MLA"
+                        with m.Case(Opc.END):
+                            m.next = "END"
             with m.State("DESC"):
                 m.d.comb += [in_pos.eq(1), desc.r_en.eq(1), desc.r_addr.eq(rec_eff + dcnt)]
                 m.d.sync += dcnt.eq(dcnt + 1)
@@ -517,8 +533,11 @@ class ChipCore(wiring.Component):
                         with m.Case(Opc.EMB):
                             m.next = "EMB_TOK"
                         with m.Case(Opc.MV):
-                            m.d.comb += start_wf.eq(1)
-                            m.next = "MV_SCAN"
+                            with m.If(op.keep):
+                                m.next = "MV_CMD"
+                            with m.Else():
+                                m.d.comb += start_wf.eq(1)
+                                m.next = "MV_SCAN"
                         with m.Case(Opc.PLD):
                             m.next = "PLD_REQ"
 
@@ -596,11 +615,15 @@ class ChipCore(wiring.Component):
                 with m.If(~wf.busy & ~minp.o.valid):
                     m.next = "MV_CMD"
             with m.State("MV_CMD"):
-                m.d.comb += [in_pos.eq(1), mac.i.valid.eq(1), minp.convert.eq(1)]
-                with m.If(mac.i.ready):
-                    m.d.sync += [lw_sub.eq(0), lw_blk.eq(0), best_val.eq(-(1 << 31)), best_idx.eq(0)]
-                    m.next = "MV_OUT"
-            with m.State("MV_OUT"):
+                m.d.comb += [in_pos.eq(1), mac.i.valid.eq(mvq_n != MV_QUEUE), minp.convert.eq(1)]
+                with m.If(mac.i.valid & mac.i.ready):
+                    with m.If(head):
+                        m.d.sync += [lw_sub.eq(0), lw_blk.eq(0), best_val.eq(-(1 << 31)), best_idx.eq(0)]
+                        m.next = "MV_OUT"
+                    with m.Else():
+                        m.d.comb += mvq_push.eq(1)
+                        m.next = "NEXT"
+            with m.State("MV_OUT"):           # the LM head: logits to memory, argmax
                 m.d.comb += in_pos.eq(1)
                 with m.If(head):
                     m.d.comb += [wr.valid.eq(lw_valid), wr.payload.addr.eq(lw_addr), wr.payload.data.eq(lw_data),
@@ -614,8 +637,6 @@ class ChipCore(wiring.Component):
                             m.d.sync += lw_blk.eq(lw_blk + 1)
                             with m.If(mo.payload.last):
                                 m.next = "NEXT"
-                with m.Elif(col_done):
-                    m.next = "NEXT"
 
             # ---- element ops ---------------------------------------------------------------------------
             with m.State("ELEM"):

@@ -102,24 +102,37 @@ if cocotb is not None:
                     for j in range(16):
                         if (s >> (4 * j)) & 0xF == 0xF:
                             word[j] = _s32((d >> (32 * j)) & 0xFFFFFFFF)
+                # an op's result is checked when the op ends; a matvec's once every queued result is written
+                if pending and int(core.mvq_n.value) == 0:
+                    for args in pending:
+                        check(vrf, *args)
+                    pending.clear()
                 pc = int(core.pc.value)
                 if pc != last_pc:
                     k = last_pc
                     if pos < len(trace) and k in trace[pos] and not isinstance(trace[pos][k], tuple):
-                        exp = trace[pos][k]
-                        op = prog.ops[k]
-                        got = [vrf.get(op.dst * SW + i // 16, [None] * 16)[i % 16] for i in range(exp.size)]
-                        checked[0] += 1
-                        bad = [i for i in range(exp.size) if got[i] != int(exp[i])]
-                        if bad and len(mism) < 8:
-                            i = bad[0]
-                            msg = (f"position {pos} op {k} ({op.listing()}): {len(bad)} of {exp.size} elements differ; "
-                                   f"first at element {i}: expected {int(exp[i])}, got {got[i]}")
-                            dut._log.error(msg)
-                            mism.append(msg)
+                        if prog.ops[k].opc == Opc.MV:
+                            pending.append((pos, k))
+                        else:
+                            check(vrf, pos, k)
                     if prog.ops[k].opc == Opc.END:
                         pos += 1
                     last_pc = pc
+
+        pending: list = []
+
+        def check(vrf, pos, k):
+            exp = trace[pos][k]
+            op = prog.ops[k]
+            got = [vrf.get(op.dst * SW + i // 16, [None] * 16)[i % 16] for i in range(exp.size)]
+            checked[0] += 1
+            bad = [i for i in range(exp.size) if got[i] != int(exp[i])]
+            if bad and len(mism) < 8:
+                i = bad[0]
+                msg = (f"position {pos} op {k} ({op.listing()}): {len(bad)} of {exp.size} elements differ; "
+                       f"first at element {i}: expected {int(exp[i])}, got {got[i]}")
+                dut._log.error(msg)
+                mism.append(msg)
 
         cocotb.start_soon(monitor())
         obs = await tb.run()
