@@ -7,7 +7,7 @@ drain into the VRF while the next ops run. A keep MV (activations already in the
 for the array to take its command, a PLD for the array's store read port, and every other op for the
 last result (``PerfModel.position`` runs that timeline). In isolation:
 
-    op cycles = sequencer overhead of its class (FETCH, DISPATCH, DESC, NEXT, handshakes; ``SeqOverheads``)
+    op cycles = sequencer overhead of its class (DISPATCH, DESC, handshakes; ``SeqOverheads``)
               + the engine's own cycle formula (hw/*.py, cited per class below)
 
 Engine formulas used (no stalls):
@@ -29,7 +29,7 @@ The sequencer overheads (``SEQ``) and the two engine constants without a formula
 (``KDA_DRAIN`` from hw/kda_engine.py's docstring, ``MAC_INPUT_PASS``) were measured from the RTL with
 verification/phase_monitor.py on nano-g128-s48-long (``python -m verification.bench``), documented
 where they are defined. With them every op of nano-g128-s48-long is predicted to the cycle (the run
-to 1 cycle in 298,633: the load phase's read latency is jitter); nano-g64-s64-long, not used for
+to 1 cycle in 292,777: the load phase's read latency is jitter); nano-g64-s64-long, not used for
 fitting, checks them (other group → other issue cycles, longer MLA cache).
 
 Load phase: header (256 B), descriptor table, tensor block and token ids, each one read request
@@ -91,28 +91,27 @@ class ChipPerfParams:
 # every position in the nano g128 / g64 runs unless noted.
 @dataclass(frozen=True)
 class SeqOverheads:
-    mv: int = 10                 # an MV that feeds its activations: FETCH, DISPATCH, DESC (4), MV_SCAN2,
-                                 # MV_CMD, NEXT + feeder/queue latency; its command is taken 2 cycles before
-                                 # the op ends
-    keep_cmd: int = 6            # a keep MV's command is offered 6 cycles after its FETCH (FETCH, DISPATCH,
-                                 # DESC) and taken once the MAC array has issued the previous matvec
+    mv: int = 8                  # an MV that feeds its activations: DISPATCH, DESC (4), MV_SCAN2, MV_CMD
+                                 # + feeder/queue latency; its command is taken in its last cycle
+    keep_cmd: int = 5            # a keep MV's command is offered 5 cycles after it starts (DISPATCH, DESC)
+                                 # and taken once the MAC array has issued the previous matvec
     mac_next: int = 1            # the MAC array takes the next command issue + 1 cycles after the last one
     mac_lock: int = 2            # its store read port is free (PLD reads) issue + 2 cycles after a command
-    pld_read: int = 7            # a PLD's first store read is offered 7 cycles after its FETCH
+    pld_read: int = 6            # a PLD's first store read is offered 6 cycles after it starts
     mv_done: int = 1             # the last result is written; the queue is empty one cycle later
     mac_input_pass: int = 3      # per WordFeeder → MacInput pass, beyond one cycle a word
     full_block: int = -1         # fan_out ≥ W: the last block's results leave one cycle earlier than
                                  # issue + LATENCY + chunks − 1 (MacArray docstring: 64→64 measured 46): its
                                  # second scale read ends the issue one cycle after the last q read
     head: int = 12               # head MV beyond its 4 write beats per 16-lane chunk (when write-bound)
-    pld: int = 10                # FETCH, DISPATCH, DESC (4), PLD_REQ, store latency, NEXT
-    emb: int = 21                # EMB beyond its d/16 VRF word writes (3 store reads, 2 token-SRAM cycles)
-    elem: int = 6                # element ops: FETCH, DISPATCH, feeder start + read latency, NEXT
+    pld: int = 8                 # DISPATCH, DESC (4), PLD_REQ, store latency
+    emb: int = 20                # EMB beyond its d/16 VRF word writes (FETCH, 3 store reads, 2 token-SRAM cycles)
+    elem: int = 4                # element ops: DISPATCH, feeder start + read latency
     route: int = 1               # ROUTE beyond elem: the router's last pair to the collector
-    kda_seg: int = 6             # a KDA feed segment beyond n
-    mla_seg: int = 6             # an MLA feed segment beyond its words
-    mla_last: int = 6            # the last MLA segment beyond the engine's attention cycles
-    end: int = 3                 # END: FETCH, DISPATCH, the argmax word's write handshake
+    kda_seg: int = 4             # a KDA feed segment beyond n
+    mla_seg: int = 4             # an MLA feed segment beyond its words
+    mla_last: int = 4            # the last MLA segment beyond the engine's attention cycles
+    end: int = 2                 # END: DISPATCH, the argmax word's write handshake
     load_step: int = 3           # per load request: REQ state + CHECK/next-state transitions
     finish: int = 4              # STATUS write, DRAIN, RSP after the last position
 
@@ -195,7 +194,7 @@ class PerfModel:
                 + max(self.scale_steps(op.fan_out), chunks) - 1 + full)
 
     def head_cycles(self, op: Op) -> int:
-        """The LM head MV, FETCH to NEXT: it waits for its last logits write beat."""
+        """The LM head MV, first cycle to last: it waits for its last logits write beat."""
         chunks = -(-min(op.fan_out, self.hw.mac_lanes) // self.hw.out_lanes)
         full = self.seq.full_block if op.fan_out >= self.hw.mac_lanes else 0
         issue = self.issue_cycles(op.fan_in, op.fan_out)
@@ -220,7 +219,8 @@ class PerfModel:
         return c.mla_heads * ((t + 1) * wq + MLA_SCORE_DRAIN + wv * ((t + 1) + MLA_CTX_DRAIN))
 
     def op_cycles(self, op: Op, t: int) -> int:
-        """Cycles of one op at position t (0-based), FETCH to NEXT, started with no matvec in flight
+        """Cycles of one op at position t (0-based), its first cycle to its last (in which the next op is
+        loaded from the micro-program ROM), started with no matvec in flight
         (``position`` adds the waits for earlier matvecs)."""
         s, c = self.seq, self.cfg
         if op.opc == Opc.MV:
@@ -261,14 +261,14 @@ class PerfModel:
                 cmd = max(now + s.keep_cmd, mac_free)
                 while sum(d > cmd for d in done) >= MV_QUEUE:
                     cmd = min(d for d in done if d > cmd)
-                cost = cmd - now + 2
+                cost = cmd - now + 1
             elif op.opc == Opc.PLD:
                 cost += max(0, port_free - (now + s.pld_read))
             else:
-                cost += max(0, max(done, default=0) - now - 1)     # DISPATCH waits for the queue to empty
+                cost += max(0, max(done, default=0) - now)     # DISPATCH waits for the queue to empty
                 done = []
             if op.opc == Opc.MV and not op.head:
-                cmd = now + cost - 2
+                cmd = now + cost - 1
                 mac_free = cmd + self.issue_cycles(op.fan_in, op.fan_out) + s.mac_next
                 port_free = cmd + self.issue_cycles(op.fan_in, op.fan_out) + s.mac_lock
                 done = [d for d in done if d > cmd] + [cmd + self.mac_cycles(op) + s.mv_done]

@@ -157,10 +157,13 @@ class ChipCore(wiring.Component):
         rom_w = prog.word_bits
         pc = Signal(range(prog.depth))
         rom_data = Signal(rom_w)
+        rom_addr = Signal.like(pc)            # the ROM reads pc in FETCH, else the next op (asynchronous read)
+        fetching = Signal()
+        m.d.comb += rom_addr.eq(Mux(fetching, pc, pc + 1))
         m.submodules.program_rom = Instance(
             "msh_rom", p_DEPTH=prog.depth, p_WIDTH=rom_w, p_ADDRW=max(1, _log2(prog.depth)),
             p_INIT_FILE=f"{b.rom_dir.rstrip('/')}/{ROM_NAME}.hex",
-            i_raddr1=pc, o_rdata1=rom_data, i_raddr2=Const(0, max(1, _log2(prog.depth))),
+            i_raddr1=rom_addr, o_rdata1=rom_data, i_raddr2=Const(0, max(1, _log2(prog.depth))),
             o_rdata2=Signal(rom_w, name="program_rom_unused"))
         op = Signal(op_layout)
 
@@ -502,10 +505,18 @@ class ChipCore(wiring.Component):
                         m.next = "FETCH"
 
             # ---- positions: fetch / dispatch -----------------------------------------------------------
-            with m.State("FETCH"):
-                m.d.comb += in_pos.eq(1)
+            def load_op():
                 m.d.sync += [op.eq(rom_data), col_cnt.eq(0), col_done.eq(0), dcnt.eq(0), rcnt.eq(0)]
                 m.next = "DISPATCH"
+
+            def advance():
+                """The op's last cycle: the next op is loaded from the ROM (read at pc + 1) right away."""
+                m.d.sync += pc.eq(pc + 1)
+                load_op()
+
+            with m.State("FETCH"):               # the first op of a position
+                m.d.comb += [in_pos.eq(1), fetching.eq(1)]
+                load_op()
             with m.State("DISPATCH"):
                 m.d.comb += in_pos.eq(1)
                 m.d.sync += col_target.eq(Mux(is_op(Opc.KDA), Mux(op.last, op.n_out, 0), op.n))
@@ -555,7 +566,7 @@ class ChipCore(wiring.Component):
                 with m.If(mac.r_data.valid):
                     m.d.sync += col_cnt.eq(col_cnt + 1)
                     with m.If(mac.r_data.payload.last):
-                        m.next = "NEXT"
+                        advance()
 
             # ---- EMB ---------------------------------------------------------------------------
             with m.State("EMB_TOK"):
@@ -600,7 +611,7 @@ class ChipCore(wiring.Component):
                 m.d.comb += emb_word.eq(Cat(*els))
                 m.d.sync += col_cnt.eq(col_cnt + 1)
                 with m.If(col_cnt == (cfg.d_model // L) - 1):
-                    m.next = "NEXT"
+                    advance()
 
             # ---- MV ----------------------------------------------------------------------------
             with m.State("MV_SCAN"):
@@ -622,7 +633,7 @@ class ChipCore(wiring.Component):
                         m.next = "MV_OUT"
                     with m.Else():
                         m.d.comb += mvq_push.eq(1)
-                        m.next = "NEXT"
+                        advance()
             with m.State("MV_OUT"):           # the LM head: logits to memory, argmax
                 m.d.comb += in_pos.eq(1)
                 with m.If(head):
@@ -636,21 +647,17 @@ class ChipCore(wiring.Component):
                         with m.If(lw_sub == 3):
                             m.d.sync += lw_blk.eq(lw_blk + 1)
                             with m.If(mo.payload.last):
-                                m.next = "NEXT"
+                                advance()
 
             # ---- element ops ---------------------------------------------------------------------------
             with m.State("ELEM"):
                 m.d.comb += in_pos.eq(1)
                 with m.If(~ef.busy & (col_done | (col_target == 0) & ~is_op(Opc.ROUTE))):
-                    m.next = "NEXT"
+                    advance()
             with m.State("MLA"):
                 m.d.comb += in_pos.eq(1)
                 with m.If(~wf.busy & (col_done | ~op.last)):
-                    m.next = "NEXT"
-            with m.State("NEXT"):
-                m.d.comb += in_pos.eq(1)
-                m.d.sync += pc.eq(pc + 1)
-                m.next = "FETCH"
+                    advance()
 
             # ---- end of a position -----------------------------------------------------------------
             with m.State("END"):

@@ -7,7 +7,7 @@ flag (a position is being processed) and the memory port, and charges the cycle 
 * ``load.<region>`` before the first position: the region of the most recent read request the port
   accepted (``header``, ``descriptors``, ``tensors``, ``tokens``; the chip reads them in that order);
 * ``ops[pos][pc]`` while ``in_pos``: op ``pc`` of the micro-program (hw/program.py) at position ``pos``
-  — every cycle of the op including its FETCH / DISPATCH / DESC / NEXT overhead;
+  — every cycle of the op including its DISPATCH / DESC overhead (and FETCH for the first op);
 * ``finish`` after the last position: status write, write drain, DONE response.
 
 Each cycle is also classified on the request channel (``PORT_CLASSES``): a write or read request
