@@ -69,11 +69,13 @@ class ElemFeeder(wiring.Component):
     ``interleave = 1`` reads each source's VRF word once per ``LANES`` elements into a word register
     (``word_srcs`` of them: the most sources an interleaved op has), so an interleaved feed of ``ns``
     sources takes ``n + (ns − 1)·⌈n / LANES⌉`` cycles: ``ns`` reads at the first element of each word,
-    one cycle for every other element. Sequential feeds read one element per cycle.
+    one cycle for every other element. Sequential feeds read one element per cycle, or with ``wide``
+    (one source, n a multiple of ``lanes``) ``lanes`` consecutive elements per transfer in ``data[0 ..
+    lanes − 1]`` (``pa`` then holds the PRF a entries of all of them in LIN mode).
     """
 
     def __init__(self, *, slot_bits: int, slot_words: int, vrf_abits: int, prf_width: int, prf_abits: int,
-                 max_n: int, dh: int, conv_k: int, word_srcs: int = MAX_SRCS):
+                 max_n: int, dh: int, conv_k: int, word_srcs: int = MAX_SRCS, lanes: int = 1):
         if conv_k > 4 or dh & (dh - 1):
             self._MustUse__silence = True
             raise ValueError(f"ElemFeeder: conv_k must be <= 4 and dh a power of two, got {conv_k}, {dh}")
@@ -81,13 +83,17 @@ class ElemFeeder(wiring.Component):
             self._MustUse__silence = True
             raise ValueError(f"ElemFeeder: word_srcs must be in 1..{MAX_SRCS}, got {word_srcs}")
         self.slot_words, self.prf_width, self.max_n, self.dh, self.conv_k = slot_words, prf_width, max_n, dh, conv_k
-        self.word_srcs = word_srcs
+        if lanes not in (1, 2, 4):
+            self._MustUse__silence = True
+            raise ValueError(f"ElemFeeder: lanes must be 1, 2 or 4 (the PRF a entries of one transfer), got {lanes}")
+        self.word_srcs, self.lanes = word_srcs, lanes
         super().__init__({
             "start": In(1),
             "srcs": In(ArrayLayout(unsigned(slot_bits), MAX_SRCS)),
             "ns": In(range(MAX_SRCS + 1)),
             "n": In(range(max_n + 1)),
             "interleave": In(1),
+            "wide": In(1),
             "pa_mode": In(2),
             "pb_mode": In(1),
             "busy": Out(1),
@@ -121,16 +127,21 @@ class ElemFeeder(wiring.Component):
         pushes = Signal()
         m.d.comb += [reads.eq(~self.interleave | word_start),
                      pushes.eq(~self.interleave | ~word_start | (s == self.ns - 1))]
+        K = self.lanes
         lane_val = Signal(signed(X.bits))
         m.d.comb += lane_val.eq(self.vrf_rdata.word_select(t_lane, X.bits).as_signed())
+        group = self.vrf_rdata.word_select(t_lane[_log2(K):], K * X.bits)     # wide: lanes t_lane ..
         pdata = Signal(lay)
         for k in range(MAX_SRCS):
             if k < self.word_srcs:
                 kept = words[k].word_select(t_lane, X.bits).as_signed()
                 hit = (t_s == k) & t_read | ~self.interleave if k == 0 else (t_s == k) & t_read
-                m.d.comb += pdata.data[k].eq(Mux(hit, lane_val, kept))
-            elif k == 0:
-                m.d.comb += pdata.data[k].eq(lane_val)
+                val = Mux(hit, lane_val, kept)
+            else:
+                val = lane_val if k == 0 else Const(0, signed(X.bits))
+            if 0 < k < K:
+                val = Mux(self.wide, group.word_select(k, X.bits).as_signed(), val)
+            m.d.comb += pdata.data[k].eq(val)
         m.d.comb += [pdata.pa.eq((self.pa_rdata >> (t_pa * 8))[:4 * PARAM_BITS]),
                      pdata.pb.eq((self.pb_rdata >> (t_pb * 8))[:PARAM_BITS]),
                      pdata.idx.eq(t_i), pdata.cand.eq(t_s), pdata.elast.eq(t_elast), pdata.final.eq(t_final)]
@@ -145,7 +156,8 @@ class ElemFeeder(wiring.Component):
         m.d.comb += issue.eq(active & (~pushes | q.room))
         last_i = Signal()
         last_s = Signal()
-        m.d.comb += [last_i.eq(i == self.n - 1), last_s.eq(s == self.ns - 1)]
+        step = Signal(range(K + 1))
+        m.d.comb += [step.eq(Mux(self.wide, K, 1)), last_i.eq(i == self.n - step), last_s.eq(s == self.ns - 1)]
         slot = Signal.like(self.srcs[0])
         m.d.comb += slot.eq(self.srcs[s[:2]])
         pa_byte = Signal(range(self.max_n * 2 * max(4, self.conv_k) + 1))
@@ -180,7 +192,7 @@ class ElemFeeder(wiring.Component):
                 with m.If(last_i):
                     m.d.sync += [i.eq(0), s.eq(s + 1)]
                 with m.Else():
-                    m.d.sync += i.eq(i + 1)
+                    m.d.sync += i.eq(i + step)
             with m.If(final):
                 m.d.sync += active.eq(0)
         with m.If(self.start):

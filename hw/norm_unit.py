@@ -1,23 +1,26 @@
 """The norm unit: RMSNorm (``fxp_math.rmsnorm``) and L2 norm (``fxp_math.l2norm``) of one streamed vector.
 
-Stream ``i`` carries one element per transfer: ``v`` (signed ``NormParams.v_bits``, ``v_frac`` fraction
-bits, X by default), ``w`` (the Q2.13 norm offset of that element; RMSNorm gain = 2^13 + w, ignored
-by L2), ``op`` (``NormOp``: sampled on the first element of a vector) and ``last``. Stream ``o``
-carries the normalised vector, one element per transfer, ``y`` (X for RMSNorm, UNIT for L2, sign-
-extended to the field) and ``last``.
+Stream ``i`` carries ``K = NormParams.lanes`` consecutive elements per transfer: ``v[k]`` (signed
+``NormParams.v_bits``, ``v_frac`` fraction bits, X by default), ``w[k]`` (the Q2.13 norm offset of that
+element; RMSNorm gain = 2^13 + w, ignored by L2), ``op`` (``NormOp``: sampled on the first transfer of
+a vector) and ``last``. Stream ``o`` carries the normalised vector, K elements per transfer, ``y[k]``
+(X for RMSNorm, UNIT for L2, sign-extended to the field) and ``last``.
 
-Per vector (n elements, n a power of two <= ``max_len`` for RMSNorm, any 1..max_len for L2):
-* pass 1, one element per cycle: the element and its offset go into an ``msh_sram`` buffer (n ×
-  roundup8(v_bits + 16) bits: at 128 × 48 bits an SRAM macro is cheaper than flops, SPEC §5), v²
-  (v_bits × v_bits multiply, its own stage) accumulates exactly;
+Per vector (n elements, n a power of two with K <= n <= ``max_len`` for RMSNorm, any multiple of K up
+to max_len for L2):
+* pass 1, one transfer (K elements) per cycle: the elements and their offsets go into an ``msh_sram``
+  buffer (n/K words of K × roundup8(v_bits + 16) bits: at 128 × 48 bits an SRAM macro is cheaper than
+  flops, SPEC §5), K v² (v_bits × v_bits multiplies, their own stage) accumulate exactly;
 * the sum of squares is rounded once to SQ_FRAC (``fxp_math.sum_squares``), the epsilon constant
   is added (RMSNorm: eps·n for the run-time n, a small constant table over log2 n; L2: eps), and
   one ``hw.lut_unit.Rsqrt`` (frac = SQ_FRAC + log2 n, resp. SQ_FRAC) gives (mant, e) once;
-* pass 2, one element per cycle under back-pressure: buffer read, ``ApplyMant`` (v × mant, shift),
-  then RMSNorm × gain (round half up, saturate to X) or L2 saturate to UNIT.
-Latency (no stalls, measured by verification/test_vector_unit.py ``vector_latency``): the first
-output leaves ``NormUnit.GAP`` = 16 cycles after the last input, then one element per cycle: a
-64-element vector takes 64 + 16 + 63 = 143 cycles from its first input to its last output.
+* pass 2, one transfer per cycle under back-pressure: buffer read, K ``ApplyMant`` (v × mant, shift),
+  then RMSNorm × gain (round half up, saturate to X) or L2 saturate to UNIT (without ``l2`` the unit
+  does RMSNorm only and has no L2 datapath).
+Latency (no stalls, measured by verification/test_vector_unit.py ``vector_latency`` at K = 1): the
+first output leaves ``NormUnit.GAP`` = 16 cycles after the last input, then one transfer per cycle: a
+64-element vector takes 64/K + 16 + 64/K − 1 cycles from its first input to its last output (143 at
+K = 1).
 The unit takes the next vector after
 the last output of the previous one (no overlap of the two passes: a second buffer would double
 the SRAM).
@@ -28,9 +31,9 @@ import enum
 import math
 from dataclasses import dataclass
 
-from amaranth.hdl import ClockSignal, Const, Instance, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Cat, ClockSignal, Const, Instance, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import stream, wiring
-from amaranth.lib.data import StructLayout
+from amaranth.lib.data import ArrayLayout, StructLayout
 from amaranth.lib.wiring import In, Out
 
 from hw.lut_unit import ApplyMant, Rsqrt, clamp, delay, leading_one, round_shift_const
@@ -58,9 +61,16 @@ class NormParams:
     rms_eps: float = RMS_EPS
     l2_eps: float = L2_EPS
     rom_dir: str = "roms"
+    lanes: int = 1             # elements per transfer (K)
+    l2: bool = True            # build the L2-norm datapath (NormOp.L2)
 
     def __post_init__(self) -> None:
         pow2_at_least("max_len", self.max_len, 2)
+        pow2_at_least("lanes", self.lanes, 1)
+        if self.lanes > self.max_len:
+            raise ValueError(f"lanes must be at most max_len={self.max_len}, got {self.lanes}")
+        if not isinstance(self.l2, bool):
+            raise ValueError(f"l2 must be a bool, got {self.l2!r}")
         if not isinstance(self.v_bits, int) or not 2 <= self.v_bits <= 32:
             raise ValueError(f"v_bits must be an integer in 2..32, got {self.v_bits!r}")
         if not isinstance(self.v_frac, int) or not 0 <= self.v_frac < self.v_bits or 2 * self.v_frac < SQ_FRAC:
@@ -94,12 +104,13 @@ class NormParams:
 
 
 def in_layout(p: NormParams) -> StructLayout:
-    return StructLayout({"v": signed(p.v_bits), "w": signed(NORM_OFFSET_BITS), "op": unsigned(1),
+    return StructLayout({"v": ArrayLayout(signed(p.v_bits), p.lanes),
+                         "w": ArrayLayout(signed(NORM_OFFSET_BITS), p.lanes), "op": unsigned(1),
                          "last": unsigned(1)})
 
 
 def out_layout(p: NormParams) -> StructLayout:
-    return StructLayout({"y": signed(max(X.bits, UNIT.bits)), "last": unsigned(1)})
+    return StructLayout({"y": ArrayLayout(signed(max(X.bits, UNIT.bits)), p.lanes), "last": unsigned(1)})
 
 
 class NormUnit(wiring.Component):
@@ -115,52 +126,59 @@ class NormUnit(wiring.Component):
         p = params
         self.rsqrt = Rsqrt(m_bits=p.ss_bits, frac_bits=(SQ_FRAC + p.len_log2).bit_length(), rom_dir=p.rom_dir)
         e_range = self.rsqrt.e_range
-        self.apply_rms = ApplyMant(v_bits=p.v_bits, v_frac=p.v_frac, out_frac=X.frac, out_bits=p.y_bits,
-                                   e_range=e_range)
-        self.apply_l2 = ApplyMant(v_bits=p.v_bits, v_frac=p.v_frac, out_frac=UNIT.frac, out_bits=UNIT.bits,
-                                  e_range=e_range)
+        self.apply_rms = [ApplyMant(v_bits=p.v_bits, v_frac=p.v_frac, out_frac=X.frac, out_bits=p.y_bits,
+                                    e_range=e_range) for _ in range(p.lanes)]
+        self.apply_l2 = [ApplyMant(v_bits=p.v_bits, v_frac=p.v_frac, out_frac=UNIT.frac, out_bits=UNIT.bits,
+                                   e_range=e_range) for _ in range(p.lanes if p.l2 else 0)]
         super().__init__({"i": In(stream.Signature(in_layout(p))), "o": Out(stream.Signature(out_layout(p)))})
 
     def elaborate(self, platform):
         m = Module()
         p = self.params
+        K = p.lanes
         ip = self.i.payload
-        buf_w = -(-(p.v_bits + NORM_OFFSET_BITS) // 8) * 8
-        addr_w = p.len_log2
+        el_w = p.v_bits + NORM_OFFSET_BITS
+        buf_w = -(-(K * el_w) // 8) * 8
+        depth = p.max_len // K
+        addr_w = max(1, (depth - 1).bit_length())
         m.submodules.rsqrt = rsqrt = self.rsqrt
-        m.submodules.apply_rms = apply_rms = self.apply_rms
-        m.submodules.apply_l2 = apply_l2 = self.apply_l2
+        for k, a in enumerate(self.apply_rms):
+            m.submodules[f"apply_rms{k}" if K > 1 else "apply_rms"] = a
+        for k, a in enumerate(self.apply_l2):
+            m.submodules[f"apply_l2_{k}" if K > 1 else "apply_l2"] = a
 
-        # the vector buffer (one msh_sram)
+        # the vector buffer (one msh_sram, K elements and their offsets per word)
         we, waddr, wdata = Signal(), Signal(addr_w), Signal(buf_w)
         re, raddr, rdata = Signal(), Signal(addr_w), Signal(buf_w)
         m.submodules.buf = Instance(
-            "msh_sram", p_DEPTH=p.max_len, p_WIDTH=buf_w, p_ADDRW=addr_w,
+            "msh_sram", p_DEPTH=max(2, depth), p_WIDTH=buf_w, p_ADDRW=addr_w,
             i_clk=ClockSignal(), i_we=we, i_waddr=waddr, i_wdata=wdata, i_wstrb=Const((1 << (buf_w // 8)) - 1, buf_w // 8),
             i_re=re, i_raddr=raddr, o_rdata=rdata)
 
         count = Signal(range(p.max_len + 1))      # elements of the current vector
+        words = Signal(range(depth + 1))          # buffer words of the current vector
         op = Signal(1)
         first = Signal(init=1)
         # pass 1: write, square, accumulate
         take = Signal()
-        m.d.comb += [take.eq(self.i.valid & self.i.ready),
-                     we.eq(take), waddr.eq(count), wdata.eq(ip.v.as_unsigned() | (ip.w.as_unsigned() << p.v_bits))]
+        m.d.comb += [take.eq(self.i.valid & self.i.ready), we.eq(take), waddr.eq(words),
+                     wdata.eq(Cat(*[Cat(ip.v[k], ip.w[k]) for k in range(K)]))]
         sq_v, sq_last = Signal(), Signal()
-        v1 = Signal(signed(p.v_bits))
-        sq = Signal(unsigned(2 * p.v_bits - 1))
+        v1 = [Signal(signed(p.v_bits), name=f"v1_{k}") for k in range(K)]
+        sq = [Signal(unsigned(2 * p.v_bits - 1), name=f"sq{k}") for k in range(K)]
         acc = Signal(unsigned(p.acc_bits))
         acc_done = Signal()
-        m.d.sync += [sq_v.eq(take), sq_last.eq(take & ip.last), v1.eq(ip.v), acc_done.eq(sq_last)]
-        m.d.sync += sq.eq(v1 * v1)
+        m.d.sync += [sq_v.eq(take), sq_last.eq(take & ip.last), acc_done.eq(sq_last)]
+        m.d.sync += [v1[k].eq(ip.v[k]) for k in range(K)]
+        m.d.sync += [sq[k].eq(v1[k] * v1[k]) for k in range(K)]
         sq_v2 = Signal()
         m.d.sync += sq_v2.eq(sq_v)
         with m.If(sq_v2):
-            m.d.sync += acc.eq(acc + sq)
+            m.d.sync += acc.eq(acc + sum(sq[1:], sq[0]))
         with m.If(take):
-            m.d.sync += [count.eq(count + 1), first.eq(ip.last)]
+            m.d.sync += [count.eq(count + K), words.eq(words + 1), first.eq(ip.last)]
             with m.If(first):
-                m.d.sync += op.eq(ip.op)
+                m.d.sync += op.eq(ip.op if p.l2 else NormOp.RMS)
 
         # once per vector: round, epsilon, rsqrt
         busy = Signal()          # from the last input until the last output of the vector
@@ -187,7 +205,7 @@ class NormUnit(wiring.Component):
                      rsqrt.i.frac.eq(Mux(op, SQ_FRAC, SQ_FRAC + sh))]
         mant, e = Signal.like(rsqrt.o.mant), Signal.like(rsqrt.o.e)
         draining = Signal()
-        rd_ptr = Signal(range(p.max_len + 1))
+        rd_ptr = Signal(range(depth + 1))
         with m.If(rsqrt.o_valid):
             m.d.sync += [mant.eq(rsqrt.o.mant), e.eq(rsqrt.o.e), draining.eq(1), rd_ptr.eq(0), acc.eq(0)]
 
@@ -195,31 +213,37 @@ class NormUnit(wiring.Component):
         en = Signal()
         m.d.comb += en.eq(~self.o.valid | self.o.ready)
         issue = Signal()
-        m.d.comb += [issue.eq(draining & (rd_ptr != count) & en), re.eq(issue), raddr.eq(rd_ptr)]
+        m.d.comb += [issue.eq(draining & (rd_ptr != words) & en), re.eq(issue), raddr.eq(rd_ptr)]
         r_v, r_last = Signal(), Signal()
         with m.If(en):
-            m.d.sync += [r_v.eq(issue), r_last.eq(rd_ptr == count - 1)]
+            m.d.sync += [r_v.eq(issue), r_last.eq(rd_ptr == words - 1)]
         with m.If(issue):
             m.d.sync += rd_ptr.eq(rd_ptr + 1)
-        rv = rdata[:p.v_bits].as_signed()
-        rw = rdata[p.v_bits:p.v_bits + NORM_OFFSET_BITS].as_signed()
-        for a in (apply_rms, apply_l2):
-            m.d.comb += [a.en.eq(en), a.i_valid.eq(r_v), a.i.v.eq(rv), a.i.mant.eq(mant), a.i.e.eq(e)]
         lat = ApplyMant.LATENCY
-        gain = delay(m, en, rw + (1 << NORM_OFFSET_FRAC), lat, "gain")
         last_a = delay(m, en, r_last, lat, "last_a")
         op_a = delay(m, en, op, lat, "op_a")
-        l2_a = apply_l2.o.y
-        prod = Signal(signed(p.y_bits + NORM_OFFSET_BITS + 2))
-        l2_b = Signal(signed(UNIT.bits))
         v_b, last_b, op_b = Signal(), Signal(), Signal()
         with m.If(en):
-            m.d.sync += [prod.eq(apply_rms.o.y * gain), l2_b.eq(l2_a), v_b.eq(apply_rms.o_valid),
-                         last_b.eq(last_a), op_b.eq(op_a)]
-            m.d.sync += [self.o.valid.eq(v_b), self.o.payload.last.eq(last_b),
-                         self.o.payload.y.eq(Mux(op_b, l2_b,
-                                                  clamp(round_shift_const(prod, NORM_OFFSET_FRAC), X.lo, X.hi)))]
+            m.d.sync += [v_b.eq(self.apply_rms[0].o_valid), last_b.eq(last_a), op_b.eq(op_a),
+                         self.o.valid.eq(v_b), self.o.payload.last.eq(last_b)]
+        for k in range(K):
+            rv = rdata[k * el_w:k * el_w + p.v_bits].as_signed()
+            rw = rdata[k * el_w + p.v_bits:(k + 1) * el_w].as_signed()
+            for a in [self.apply_rms[k]] + self.apply_l2[k:k + 1]:
+                m.d.comb += [a.en.eq(en), a.i_valid.eq(r_v), a.i.v.eq(rv), a.i.mant.eq(mant), a.i.e.eq(e)]
+            gain = delay(m, en, rw + (1 << NORM_OFFSET_FRAC), lat, f"gain{k}")
+            prod = Signal(signed(p.y_bits + NORM_OFFSET_BITS + 2), name=f"prod{k}")
+            rms_y = clamp(round_shift_const(prod, NORM_OFFSET_FRAC), X.lo, X.hi)
+            with m.If(en):
+                m.d.sync += prod.eq(self.apply_rms[k].o.y * gain)
+            if p.l2:
+                l2_b = Signal(signed(UNIT.bits), name=f"l2_b{k}")
+                with m.If(en):
+                    m.d.sync += [l2_b.eq(self.apply_l2[k].o.y), self.o.payload.y[k].eq(Mux(op_b, l2_b, rms_y))]
+            else:
+                with m.If(en):
+                    m.d.sync += self.o.payload.y[k].eq(rms_y)
         # end of the vector: the last output leaves
         with m.If(self.o.valid & self.o.ready & self.o.payload.last):
-            m.d.sync += [busy.eq(0), draining.eq(0), count.eq(0), first.eq(1)]
+            m.d.sync += [busy.eq(0), draining.eq(0), count.eq(0), words.eq(0), first.eq(1)]
         return m

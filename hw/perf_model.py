@@ -15,7 +15,7 @@ Engine formulas used (no stalls):
           chunks of the last block) − 1) after the command; the op itself: two WordFeeder passes through
           ``MacInput`` (scan, convert: ``words`` each) unless ``keep``. The LM head waits for its
           results, throttled by its logits writer: 4 write beats per 16-lane chunk, one per cycle.
-* RMS     ``n + NormUnit.GAP + n − 1`` (two passes, hw/norm_unit.py)
+* RMS     ``n/K + NormUnit.GAP + n/K − 1`` (two passes of K = ``norm_lanes`` elements a cycle, hw/norm_unit.py)
 * MIX     ``ResMixer.latency(candidates, d)``
 * EW      ``n + (ns − 1)·⌈n/16⌉ + Elementwise.LATENCY``; COMB the same with ``Combine.LATENCY``
           (``ns`` sources side by side: the ElemFeeder reads each source's word once per 16 elements)
@@ -29,7 +29,7 @@ The sequencer overheads (``SEQ``) and the two engine constants without a formula
 (``KDA_DRAIN`` from hw/kda_engine.py's docstring, ``MAC_INPUT_PASS``) were measured from the RTL with
 verification/phase_monitor.py on nano-g128-s48-long (``python -m verification.bench``), documented
 where they are defined. With them every op of nano-g128-s48-long is predicted to the cycle (the run
-to 1 cycle in 292,777: the load phase's read latency is jitter); nano-g64-s64-long, not used for
+to 1 cycle in 260,521: the load phase's read latency is jitter); nano-g64-s64-long, not used for
 fitting, checks them (other group → other issue cycles, longer MLA cache).
 
 Load phase: header (256 B), descriptor table, tensor block and token ids, each one read request
@@ -70,12 +70,13 @@ class ChipPerfParams:
     banks: int = 4               # weight-store banks: beats per store read
     out_lanes: int = 16          # MAC results per output transfer (= VRF word)
     scale_lanes: int = 16        # MAC s·d multipliers: columns scaled per cycle (MacArrayParams.scale_lanes)
+    norm_lanes: int = 4          # RMSNorm elements per cycle (hw.params.ChipParams.norm_lanes)
     mem_base: int = 24           # SPEC §3 read latency (long profile): base + uniform [0, jitter]
     mem_jitter: int = 12
     clock_hz: float = 100e6
 
     def __post_init__(self) -> None:
-        for k in ("mac_lanes", "banks", "out_lanes", "scale_lanes"):
+        for k in ("mac_lanes", "banks", "out_lanes", "scale_lanes", "norm_lanes"):
             v = getattr(self, k)
             if not isinstance(v, int) or v < 1 or v & (v - 1):
                 raise ValueError(f"{k} must be a power of two >= 1, got {v!r}")
@@ -230,7 +231,7 @@ class PerfModel:
         if op.opc == Opc.EMB:
             return s.emb + c.d_model // LANES
         if op.opc == Opc.RMS:
-            return s.elem + 2 * op.n + NORM_GAP - 1
+            return s.elem + 2 * (op.n // self.hw.norm_lanes) + NORM_GAP - 1
         if op.opc == Opc.MIX:
             return s.elem + self.mix_cycles(len(op.srcs), op.n)
         if op.opc in (Opc.EW, Opc.COMB):     # interleaved feed: ns word reads per 16 elements
@@ -328,4 +329,6 @@ def _tiny_hw() -> ChipPerfParams:
     from hw.mac_array import mac_array_params_for
     from hw.params import preset as chip_preset
     mp = mac_array_params_for(chip_preset("tiny"))
-    return ChipPerfParams(mac_lanes=mp.lanes, banks=mp.store.banks, scale_lanes=mp.scale_lanes)
+    chip = chip_preset("tiny")
+    return ChipPerfParams(mac_lanes=mp.lanes, banks=mp.store.banks, scale_lanes=mp.scale_lanes,
+                          norm_lanes=chip.norm_lanes)

@@ -128,7 +128,8 @@ class ChipCore(wiring.Component):
         wiring.connect(m, mem.mem, wiring.flipped(self.mem))
         mac = m.submodules.mac = MacArray(mp)
         minp = m.submodules.mac_input = MacInput(mac.act.payload.shape(), lanes=L, max_n=max_n)
-        norm = m.submodules.norm = NormUnit(NormParams(max_len=max_n, rom_dir=b.rom_dir))
+        NL = chip.norm_lanes
+        norm = m.submodules.norm = NormUnit(NormParams(max_len=max_n, rom_dir=b.rom_dir, lanes=NL, l2=False))
         mixer = m.submodules.mixer = ResMixer(ResMixerParams(max_cands=4, max_d=_pow2(cfg.d_model), trace_e=False,
                                                              rom_dir=b.rom_dir))
         ew = m.submodules.ew = Streamed(Elementwise(rom_dir=b.rom_dir))
@@ -227,7 +228,7 @@ class ChipCore(wiring.Component):
                                                    prf_width=prf_w, prf_abits=prf[0].abits, max_n=max_n,
                                                    dh=cfg.kda_dh, conv_k=cfg.conv_k,
                                                    word_srcs=max(len(o.srcs) for o in prog.ops
-                                                                 if o.opc in INTERLEAVED))
+                                                                 if o.opc in INTERLEAVED), lanes=NL)
         wf = m.submodules.word_feeder = WordFeeder(slot_bits=sb, slot_words=SW, vrf_abits=vrf.abits)
         for k in range(4):
             m.d.comb += ef.srcs[k].eq(getattr(op, f"s{k}"))
@@ -242,7 +243,8 @@ class ChipCore(wiring.Component):
 
         # feed routing
         m.d.comb += [
-            norm.i.payload.v.eq(fo.payload.data[0]), norm.i.payload.w.eq(fo.payload.pa[:16]),
+            *[norm.i.payload.v[k].eq(fo.payload.data[k]) for k in range(NL)],
+            *[norm.i.payload.w[k].eq(fo.payload.pa[16 * k:16 * k + 16]) for k in range(NL)],
             norm.i.payload.op.eq(NormOp.RMS), norm.i.payload.last.eq(fo.payload.final),
             mixer.i.payload.data.eq(fo.payload.data[0]), mixer.i.payload.last.eq(fo.payload.elast),
             mixer.i.payload.final.eq(fo.payload.final),
@@ -290,10 +292,12 @@ class ChipCore(wiring.Component):
         col_cnt = Signal(range(max_n * 8 + 1))
         col_target = Signal.like(col_cnt)
         col_done = Signal()
+        # element results: one per cycle, NL per cycle from the norm unit (RMS)
         e_valid, e_data = Signal(), Signal(signed(X.bits))
+        e_wide = is_op(Opc.RMS)
         with m.Switch(op.opc):
             with m.Case(Opc.RMS):
-                m.d.comb += [e_valid.eq(norm.o.valid), e_data.eq(norm.o.payload.y), norm.o.ready.eq(1)]
+                m.d.comb += [e_valid.eq(norm.o.valid), e_data.eq(norm.o.payload.y[0]), norm.o.ready.eq(1)]
             with m.Case(Opc.MIX):
                 m.d.comb += [e_valid.eq(mixer.o.valid), e_data.eq(mixer.o.payload.data), mixer.o.ready.eq(1)]
             with m.Case(Opc.EW):
@@ -307,12 +311,15 @@ class ChipCore(wiring.Component):
         word_valid = Signal()
         emb_we = Signal()
         emb_word = Signal(L * X.bits)
+        e_step = Mux(e_wide, NL, 1)
         with m.If(e_valid):
             m.d.comb += [vrf.w_en.eq(1), vrf.w_addr.eq(dst_base + (col_cnt >> _log2(L))),
-                         vrf.w_data.eq(Cat(*[e_data] * L)),
-                         vrf.w_strb.eq(Const(0xF, L * 4) << (col_cnt[:_log2(L)] * 4))]
-            m.d.sync += col_cnt.eq(col_cnt + 1)
-            with m.If(col_cnt + 1 == col_target):
+                         vrf.w_data.eq(Mux(e_wide, Cat(*[norm.o.payload.y[k] for k in range(NL)] * (L // NL)),
+                                           Cat(*[e_data] * L))),
+                         vrf.w_strb.eq(Mux(e_wide, Const((1 << 4 * NL) - 1, L * 4), Const(0xF, L * 4))
+                                       << (col_cnt[:_log2(L)] * 4))]
+            m.d.sync += col_cnt.eq(col_cnt + e_step)
+            with m.If(col_cnt + e_step == col_target):
                 m.d.sync += col_done.eq(1)
 
         # MAC results: VRF words or the logits writer
@@ -394,7 +401,8 @@ class ChipCore(wiring.Component):
 
         # ---- the control FSM ------------------------------------------------------------------------------
         start_ef, start_wf = Signal(), Signal()
-        m.d.comb += [ef.start.eq(start_ef), wf.start.eq(start_wf), ef.interleave.eq(Cat(*[is_op(c) for c in INTERLEAVED]).any())]
+        m.d.comb += [ef.start.eq(start_ef), wf.start.eq(start_wf), ef.interleave.eq(Cat(*[is_op(c) for c in INTERLEAVED]).any()),
+                     ef.wide.eq(is_op(Opc.RMS))]
         mac_cmd = mac.i.payload
         fin_log2 = _log2_sig(m, op.fan_in)
         m.d.comb += [mac_cmd.q_beat.eq(dq[0]), mac_cmd.s_beat.eq(dq[1]), mac_cmd.z_beat.eq(dq[2]),

@@ -111,13 +111,18 @@ class VectorUnit(wiring.Component):
 
 # --- rtl_gen hooks (rtl_gen.emit.BLOCKS["vector_unit"]) ---------------------------------------------
 def vector_unit_block(chip_params) -> VectorUnit:
-    return VectorUnit(VectorParams())
+    return VectorUnit(_params(chip_params))
+
+
+def _params(chip_params) -> VectorParams:
+    """The chip's norm-unit lanes (hw.params.ChipParams.norm_lanes), with the L2 datapath."""
+    return VectorParams(norm=NormParams(lanes=chip_params.norm_lanes))
 
 
 def vector_unit_derived(chip_params) -> dict:
-    p = VectorParams()
+    p = _params(chip_params)
     return {"ew_latency": Elementwise.LATENCY, "norm_gap": NormUnit.GAP, "softmax_gap": SoftmaxExp.GAP,
-            "norm": {"max_len": p.norm.max_len, "v_bits": p.norm.v_bits, "v_frac": p.norm.v_frac,
+            "norm": {"max_len": p.norm.max_len, "lanes": p.norm.lanes, "v_bits": p.norm.v_bits, "v_frac": p.norm.v_frac,
                      "rms_eps": p.norm.rms_eps, "l2_eps": p.norm.l2_eps},
             "softmax": {"max_len": p.softmax.max_len, "s_bits": p.softmax.s_bits, "s_frac": p.softmax.s_frac,
                         "c": p.softmax.c},

@@ -80,15 +80,15 @@ def ref_amp_bits(n: int) -> int:
     return min(X.bits - 1, (63 - max(1, n).bit_length()) // 2)
 
 
-def norm_vectors(rng: np.random.Generator, max_len: int, n: int) -> list[tuple[str, int, np.ndarray, np.ndarray]]:
-    """(tag, op, v, w): RMS vectors have power-of-two lengths, L2 any length up to max_len."""
-    lens = [1 << k for k in range(max_len.bit_length())]
+def norm_vectors(rng: np.random.Generator, max_len: int, n: int, lanes: int) -> list[tuple[str, int, np.ndarray, np.ndarray]]:
+    """(tag, op, v, w): RMS vectors have power-of-two lengths, L2 any multiple of ``lanes`` up to max_len."""
+    lens = [1 << k for k in range(lanes.bit_length() - 1, max_len.bit_length())]
     out = []
     for k in range(n):
         op = k % 2
         ln = int(rng.choice(lens[:6])) if k % 8 else int(rng.choice(lens))
         if op == 1 and k % 4 == 1:
-            ln = int(rng.integers(1, min(max_len, 40) + 1))
+            ln = lanes * int(rng.integers(1, min(max_len, 40) // lanes + 1))
         scale = min(int(rng.choice([X.frac + 7, X.frac + 2, X.frac - 6, X.frac - 16])), ref_amp_bits(ln))
         v = rng.integers(-(1 << scale), 1 << scale, ln)
         w = rng.integers(-(1 << 15), 1 << 15, ln) if k % 3 == 0 else rng.integers(-2000, 2000, ln)
@@ -96,7 +96,8 @@ def norm_vectors(rng: np.random.Generator, max_len: int, n: int) -> list[tuple[s
     return out
 
 
-def norm_edges(max_len: int) -> list[tuple[str, int, np.ndarray, np.ndarray]]:
+def norm_edges(max_len: int, lanes: int) -> list[tuple[str, int, np.ndarray, np.ndarray]]:
+    """Edge vectors; the short ones (1, 2 elements) only where a transfer of ``lanes`` fits them."""
     z = lambda n: np.zeros(n, dtype=np.int64)   # noqa: E731
     full = lambda n, x: np.full(n, x, dtype=np.int64)   # noqa: E731
     big = (1 << ref_amp_bits(max_len)) - 1          # X.hi where the reference allows it
@@ -113,6 +114,23 @@ def norm_edges(max_len: int) -> list[tuple[str, int, np.ndarray, np.ndarray]]:
                 (f"one-{tag}-n1", op, full(1, 1), full(1, 0)),
                 (f"lsb-{tag}-n2", op, np.array([1, -1]), np.array([0, 0])),
                 (f"alt-{tag}-n{max_len}", op, np.array([big, -big] * (max_len // 2)), z(max_len))]
+    return [c for c in out if len(c[2]) % lanes == 0]
+
+
+def norm_word(fields: dict, lanes: int, op: int, v, w, last: bool) -> int:
+    """One norm-unit input transfer: ``lanes`` consecutive elements and their offsets."""
+    vals = {"op": op, "last": int(last)}
+    for k in range(lanes):
+        vals[f"v.{k}"], vals[f"w.{k}"] = int(v[k]), int(w[k])
+    return pack(fields, vals)
+
+
+def norm_elements(fields: dict, lanes: int, words) -> list[dict]:
+    """Norm-unit output transfers as elements {"y", "last"} (``last`` on the final element of the vector)."""
+    out = []
+    for word in words:
+        t = unpack(fields, word, {f"y.{k}" for k in range(lanes)})
+        out += [{"y": t[f"y.{k}"], "last": t["last"] if k == lanes - 1 else 0} for k in range(lanes)]
     return out
 
 
@@ -173,14 +191,14 @@ async def run_all(dut, n_cases: int, seed: int, edges_only: bool) -> None:
     ops = d["ew_ops"]
     ew = ew_cases(rng, ops, 0 if edges_only else n_cases)
     names = {v: k for k, v in ops.items()}
-    nmax, smax = d["norm"]["max_len"], d["softmax"]["max_len"]
-    norms = norm_edges(nmax) + ([] if edges_only else norm_vectors(rng, nmax, 2 * n_cases))
+    nmax, smax, nl = d["norm"]["max_len"], d["softmax"]["max_len"], d["norm"]["lanes"]
+    norms = norm_edges(nmax, nl) + ([] if edges_only else norm_vectors(rng, nmax, 2 * n_cases, nl))
     smx = softmax_edges(smax) + ([] if edges_only else softmax_vectors(rng, smax, d["softmax"]["s_frac"], n_cases))
 
     fi = {k: _fields(cfg, f"{k}_i") for k in ports}
     ew_words = [pack(fi["ew"], {"op": op, "a": a, "b": b}) for _, op, a, b in ew]
-    norm_words = [pack(fi["norm"], {"v": int(v[j]), "w": int(w[j]), "op": op, "last": int(j == len(v) - 1)})
-                  for _, op, v, w in norms for j in range(len(v))]
+    norm_words = [norm_word(fi["norm"], nl, op, v[j:j + nl], w[j:j + nl], j + nl == len(v))
+                  for _, op, v, w in norms for j in range(0, len(v), nl)]
     smx_words = [pack(fi["softmax"], {"s": int(s[j]), "last": int(j == len(s) - 1)}) for _, s in smx for j in range(len(s))]
     sends = [cocotb.start_soon(ports["ew"].send(ew_words)), cocotb.start_soon(ports["norm"].send(norm_words)),
              cocotb.start_soon(ports["softmax"].send(smx_words))]
@@ -208,7 +226,8 @@ async def run_all(dut, n_cases: int, seed: int, edges_only: bool) -> None:
                                                                         d["softmax"]["c"]))):
         fo = _fields(cfg, f"{port}_o")
         val = "y" if port == "norm" else "e"
-        rx = [unpack(fo, w, {"y"}) for w in ports[port].received]
+        rx = (norm_elements(fo, nl, ports[port].received) if port == "norm"
+              else [unpack(fo, w) for w in ports[port].received])
         pos = 0
         for case in vecs:
             exp = ref(case)
@@ -227,8 +246,8 @@ async def run_all(dut, n_cases: int, seed: int, edges_only: bool) -> None:
     for msg in bad[:20]:
         dut._log.error(msg)
     assert not bad, f"{len(bad)} mismatches; first: {bad[0]}"
-    dut._log.info("bit-exact: %d element-wise cases, %d norm vectors (%d elements), %d softmax vectors (%d elements)",
-                  len(ew), len(norms), len(norm_words), len(smx), len(smx_words))
+    dut._log.info("bit-exact: %d element-wise cases, %d norm vectors (%d transfers of %d), %d softmax vectors "
+                  "(%d elements)", len(ew), len(norms), len(norm_words), nl, len(smx), len(smx_words))
 
 
 @cocotb.test()
@@ -256,12 +275,12 @@ async def vector_latency(dut):
     for p in ports.values():
         p.start_agents()
     rng = np.random.default_rng(seed + 3)
-    n = 64
+    n, nl = 64, d["norm"]["lanes"]
     v = rng.integers(-(1 << X.frac), 1 << X.frac, n)
     fi = {k: _fields(cfg, f"{k}_i") for k in ports}
-    await ports["norm"].send([pack(fi["norm"], {"v": int(v[j]), "w": 0, "op": 0, "last": int(j == n - 1)})
-                              for j in range(n)])
-    await ports["norm"].wait(n)
+    await ports["norm"].send([norm_word(fi["norm"], nl, 0, v[j:j + nl], np.zeros(nl, np.int64), j + nl == n)
+                              for j in range(0, n, nl)])
+    await ports["norm"].wait(n // nl)
     await ports["softmax"].send([pack(fi["softmax"], {"s": int(v[j]), "last": int(j == n - 1)}) for j in range(n)])
     await ports["softmax"].wait(n)
     await ports["ew"].send([pack(fi["ew"], {"op": 1, "a": int(v[j]), "b": 0}) for j in range(n)])
@@ -269,7 +288,8 @@ async def vector_latency(dut):
     report = {}
     for name, p in ports.items():
         acc, out = p.driver.accept_cycles, p.output_cycles
-        assert acc[-1] - acc[0] + 1 == n and out[-1] - out[0] + 1 == n, f"{name}: not one element per cycle"
+        t = n // nl if name == "norm" else n
+        assert acc[-1] - acc[0] + 1 == t and out[-1] - out[0] + 1 == t, f"{name}: not one transfer per cycle"
         report[name] = (out[0] - acc[-1], out[-1] - acc[0] + 1)
         dut._log.info("%s: first output %d cycles after the last input; %d-element vector in %d cycles",
                       name, out[0] - acc[-1], n, out[-1] - acc[0] + 1)
