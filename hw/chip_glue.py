@@ -3,9 +3,9 @@
 * ``ElemFeeder``: reads elements of up to four VRF slots together with the matching entries of the
   two parameter buffers (PRF a: int16 or a channel's conv taps, PRF b: int16), and emits one
   ``feed_layout`` transfer per element (``interleave = 0``: slot after slot, one ``msh_sram`` read per
-  element, e.g. the mixer's candidates) or per element index with every slot's value side by side
-  (``interleave = 1``: elementwise ops, the MoE combine; each slot's word is read once per ``LANES``
-  elements). Full rate under no back-pressure.
+  element or per ``lanes`` elements) or per element index with every slot's value side by side
+  (``interleave = 1``: elementwise ops, the MoE combine, the residual mixer's candidates; each slot's
+  word is read once per ``LANES`` elements). Full rate under no back-pressure.
 * ``WordFeeder``: whole VRF words (``LANES`` elements) of one slot, ``nw`` words from ``w0`` (MLA
   engine input, and both passes of ``hw.mac_input.MacInput``).
 * ``Combine``: ``nano_k3.fixed.moe_combine`` for one element per transfer.
@@ -35,8 +35,6 @@ def feed_layout(max_n: int) -> StructLayout:
         "pa": unsigned(4 * PARAM_BITS),          # PRF a: one int16, or conv_k (<= 4) int16 taps
         "pb": unsigned(PARAM_BITS),
         "idx": unsigned(max(1, (max_n - 1).bit_length())),
-        "cand": unsigned(2),
-        "elast": unsigned(1),                    # last element of this slot (mixer candidate)
         "final": unsigned(1),                    # last transfer of the feed
     })
 
@@ -116,7 +114,7 @@ class ElemFeeder(wiring.Component):
         t_s = Signal(2)
         t_i = Signal.like(i)
         t_pa, t_pb = Signal(range(PB)), Signal(range(PB))
-        t_elast, t_final = Signal(), Signal()
+        t_final = Signal()
         words = [Signal(LANES * X.bits, name=f"word{k}") for k in range(self.word_srcs)]
 
         # interleaved: the sources' words are read at the first element of each word (s = 0 .. ns − 1),
@@ -144,7 +142,7 @@ class ElemFeeder(wiring.Component):
             m.d.comb += pdata.data[k].eq(val)
         m.d.comb += [pdata.pa.eq((self.pa_rdata >> (t_pa * 8))[:4 * PARAM_BITS]),
                      pdata.pb.eq((self.pb_rdata >> (t_pb * 8))[:PARAM_BITS]),
-                     pdata.idx.eq(t_i), pdata.cand.eq(t_s), pdata.elast.eq(t_elast), pdata.final.eq(t_final)]
+                     pdata.idx.eq(t_i), pdata.final.eq(t_final)]
         q = _Queue2(m, self.o, lay, t_valid & t_push, pdata, t_valid & t_push)
         with m.If(t_valid & t_read & self.interleave):
             with m.Switch(t_s):
@@ -182,7 +180,7 @@ class ElemFeeder(wiring.Component):
         with m.If(issue):
             m.d.sync += [t_push.eq(pushes), t_read.eq(reads), t_lane.eq(i[:LL]), t_s.eq(s[:2]), t_i.eq(i),
                          t_pa.eq(pa_byte[:_log2(PB)]), t_pb.eq(pb_byte[:_log2(PB)]),
-                         t_elast.eq(last_i), t_final.eq(final)]
+                         t_final.eq(final)]
             with m.If(self.interleave):
                 with m.If(last_s | ~word_start):
                     m.d.sync += [s.eq(0), i.eq(i + 1)]

@@ -49,7 +49,10 @@ Stage plans (each stage is one register; the widest arithmetic of a stage is nam
 
 ROM: each LutEval owns one ``msh_rom`` instance (SPEC §5) with ``INIT_FILE = "<rom_dir>/<table>.hex"``.
 ``lanes=2`` uses both combinational read ports (two lookups per cycle); with ``lanes=1`` port 2 is
-tied to address 0 and unused. ``$readmemh`` resolves a relative path against the working directory
+tied to address 0 and unused, unless the LutEval is given a ``RomPort`` instead: ``shared_rom`` puts
+one msh_rom of a table into a parent module and hands out its two read ports, so two single-lane
+LUT units in different engines share one macro (the function classes and the engines pass
+``port`` / ``roms`` through). ``$readmemh`` resolves a relative path against the working directory
 of the simulator or synthesis tool: the default ``rom_dir="roms"`` works when the tool runs in the
 emitted RTL folder (``rtl/``, whose ``roms/`` holds the files ``nano_k3.luts.write_roms`` writes; the
 cocotb tests emit into the simulator's build folder for this reason); pass an absolute ``rom_dir``
@@ -166,12 +169,40 @@ class Streamed(wiring.Component):
 
 
 # --- the table evaluator --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RomPort:
+    """One read port of a table's msh_rom that ``shared_rom`` placed in another module: the LutEval
+    given the port drives ``addr``; ``data`` is the combinational read data."""
+
+    table: str
+    addr: Signal
+    data: Signal
+
+
+def shared_rom(m: Module, table: str, rom_dir: str = "roms") -> tuple[RomPort, RomPort]:
+    """Add one msh_rom of LUT ``table`` to ``m`` (as submodule ``<table>_rom``); returns its two read ports."""
+    t = luts.tables()[table]
+    ports = tuple(RomPort(table, Signal(t.index_bits, name=f"{table}_raddr{k + 1}"),
+                          Signal(t.width, name=f"{table}_rdata{k + 1}")) for k in range(2))
+    m.submodules[f"{table}_rom"] = Instance(
+        "msh_rom", p_DEPTH=t.depth, p_WIDTH=t.width, p_ADDRW=t.index_bits,
+        p_INIT_FILE=f"{rom_dir.rstrip('/')}/{table}.hex",
+        i_raddr1=ports[0].addr, o_rdata1=ports[0].data, i_raddr2=ports[1].addr, o_rdata2=ports[1].data)
+    return ports
+
+
+def port_of(roms, table: str) -> RomPort | None:
+    """The shared-ROM port for ``table`` in an engine's ``roms`` mapping (None: the unit owns its ROM)."""
+    return None if roms is None else roms.get(table)
+
+
 class LutEval(FixedPipe):
-    """``luts.tables()[name].lookup(idx, r)`` on ``lanes`` (1 or 2) lanes sharing one msh_rom."""
+    """``luts.tables()[name].lookup(idx, r)`` on ``lanes`` (1 or 2) lanes sharing one msh_rom, or on
+    one lane reading through ``port`` (a ``RomPort`` of ``shared_rom``)."""
 
     LATENCY = 3
 
-    def __init__(self, name: str, *, lanes: int = 1, rom_dir: str = "roms"):
+    def __init__(self, name: str, *, lanes: int = 1, rom_dir: str = "roms", port: RomPort | None = None):
         tables = luts.tables()
         if name not in tables:
             _reject(self, f"unknown LUT {name!r}; valid: {', '.join(sorted(tables))}")
@@ -179,7 +210,10 @@ class LutEval(FixedPipe):
             _reject(self, f"lanes must be 1 or 2 (msh_rom has two read ports), got {lanes!r}")
         if not isinstance(rom_dir, str) or not rom_dir:
             _reject(self, f"rom_dir must be a non-empty path string, got {rom_dir!r}")
-        self.lut, self.lanes, self.rom_dir = tables[name], lanes, rom_dir
+        if port is not None and (not isinstance(port, RomPort) or port.table != name or lanes != 1):
+            _reject(self, f"port must be a RomPort of table {name!r} on a one-lane LutEval, got {port!r} "
+                          f"with lanes={lanes}")
+        self.lut, self.lanes, self.rom_dir, self.port = tables[name], lanes, rom_dir, port
         t = self.lut
         lane = StructLayout({"idx": unsigned(t.index_bits), "r": unsigned(t.interp_bits)})
         super().__init__(ArrayLayout(lane, lanes), ArrayLayout(unsigned(t.base_bits), lanes))
@@ -191,11 +225,15 @@ class LutEval(FixedPipe):
     def elaborate(self, platform):
         m = Module()
         t, en = self.lut, self.en
-        words = [Signal(t.width, name=f"rom_rdata{k + 1}") for k in range(2)]
-        addrs = [self.i[k].idx if k < self.lanes else Const(0, t.index_bits) for k in range(2)]
-        m.submodules.rom = Instance(
-            "msh_rom", p_DEPTH=t.depth, p_WIDTH=t.width, p_ADDRW=t.index_bits, p_INIT_FILE=self.init_file,
-            i_raddr1=addrs[0], o_rdata1=words[0], i_raddr2=addrs[1], o_rdata2=words[1])
+        if self.port is not None:
+            words = [self.port.data]
+            m.d.comb += self.port.addr.eq(self.i[0].idx)
+        else:
+            words = [Signal(t.width, name=f"rom_rdata{k + 1}") for k in range(2)]
+            addrs = [self.i[k].idx if k < self.lanes else Const(0, t.index_bits) for k in range(2)]
+            m.submodules.rom = Instance(
+                "msh_rom", p_DEPTH=t.depth, p_WIDTH=t.width, p_ADDRW=t.index_bits, p_INIT_FILE=self.init_file,
+                i_raddr1=addrs[0], o_rdata1=words[0], i_raddr2=addrs[1], o_rdata2=words[1])
         half = 1 << (t.interp_bits - 1)
         for k in range(self.lanes):
             word1 = Signal(t.width, name=f"word1_{k}")
@@ -219,8 +257,8 @@ class Sigmoid(FixedPipe):
 
     LATENCY = 1 + LutEval.LATENCY + 1
 
-    def __init__(self, *, rom_dir: str = "roms"):
-        self.rom_dir = rom_dir
+    def __init__(self, *, rom_dir: str = "roms", port: RomPort | None = None):
+        self.rom_dir, self.port = rom_dir, port
         t = luts.tables()["sigmoid"]
         if t.index_bits + t.interp_bits != (luts.SIGMOID_RANGE << X.frac).bit_length() - 1:
             _reject(self, f"sigmoid table: index {t.index_bits} + interp {t.interp_bits} bits do not cover "
@@ -230,7 +268,7 @@ class Sigmoid(FixedPipe):
     def elaborate(self, platform):
         m = Module()
         en = self.en
-        m.submodules.lut = lut = LutEval("sigmoid", rom_dir=self.rom_dir)
+        m.submodules.lut = lut = LutEval("sigmoid", rom_dir=self.rom_dir, port=self.port)
         t = lut.lut
         x = self.i.x
         a = Signal(X.bits)
@@ -256,14 +294,14 @@ class Silu(FixedPipe):
 
     LATENCY = Sigmoid.LATENCY + 2
 
-    def __init__(self, *, rom_dir: str = "roms"):
-        self.rom_dir = rom_dir
+    def __init__(self, *, rom_dir: str = "roms", port: RomPort | None = None):
+        self.rom_dir, self.port = rom_dir, port        # port: the sigmoid table's
         super().__init__(StructLayout({"x": signed(X.bits)}), StructLayout({"y": signed(X.bits)}))
 
     def elaborate(self, platform):
         m = Module()
         en = self.en
-        m.submodules.sig = sig = Sigmoid(rom_dir=self.rom_dir)
+        m.submodules.sig = sig = Sigmoid(rom_dir=self.rom_dir, port=self.port)
         m.d.comb += [sig.en.eq(en), sig.i.x.eq(self.i.x)]
         x = delay(m, en, self.i.x, Sigmoid.LATENCY, "x")
         prod = Signal(signed(X.bits + P.bits + 1))
@@ -279,18 +317,18 @@ class Exp2Neg(FixedPipe):
 
     LATENCY = 1 + LutEval.LATENCY + 1
 
-    def __init__(self, *, t_bits: int = T.bits, rom_dir: str = "roms"):
+    def __init__(self, *, t_bits: int = T.bits, rom_dir: str = "roms", port: RomPort | None = None):
         t = luts.tables()["exp2"]
         self.t_frac = t.index_bits + t.interp_bits
         if not isinstance(t_bits, int) or not self.t_frac < t_bits <= 64:
             _reject(self, f"t_bits must be an integer in {self.t_frac + 1}..64, got {t_bits!r}")
-        self.t_bits, self.rom_dir = t_bits, rom_dir
+        self.t_bits, self.rom_dir, self.port = t_bits, rom_dir, port
         super().__init__(StructLayout({"t": unsigned(t_bits)}), StructLayout({"y": unsigned(P.bits)}))
 
     def elaborate(self, platform):
         m = Module()
         en = self.en
-        m.submodules.lut = lut = LutEval("exp2", rom_dir=self.rom_dir)
+        m.submodules.lut = lut = LutEval("exp2", rom_dir=self.rom_dir, port=self.port)
         t = lut.lut
         # A table value is < 2^base_bits, so any right shift n > base_bits rounds it to 0, like n = base_bits + 1.
         n_max = t.base_bits + 1
@@ -345,7 +383,7 @@ class _Normalised(FixedPipe):
     LATENCY = 2 + LutEval.LATENCY
     TABLE = ""
 
-    def __init__(self, *, m_bits: int = 56, frac_bits: int = 7, rom_dir: str = "roms"):
+    def __init__(self, *, m_bits: int = 56, frac_bits: int = 7, rom_dir: str = "roms", port: RomPort | None = None):
         if not isinstance(m_bits, int) or not 2 <= m_bits <= 64:
             _reject(self, f"m_bits must be an integer in 2..64, got {m_bits!r}")
         if not isinstance(frac_bits, int) or not 1 <= frac_bits <= 8:
@@ -356,7 +394,7 @@ class _Normalised(FixedPipe):
         if mant_index_bits + t.interp_bits != self.W:
             _reject(self, f"{self.TABLE} table: {mant_index_bits} mantissa index + {t.interp_bits} interp bits "
                           f"!= MANT_FRAC {self.W}")
-        self.m_bits, self.frac_bits, self.rom_dir = m_bits, frac_bits, rom_dir
+        self.m_bits, self.frac_bits, self.rom_dir, self.port = m_bits, frac_bits, rom_dir, port
         self.e_range = self.exponent_range(m_bits, (1 << frac_bits) - 1)
         super().__init__(StructLayout({"m": unsigned(m_bits), "frac": unsigned(frac_bits)}),
                          StructLayout({"mant": unsigned(t.base_bits), "e": signed(signed_width(*self.e_range))}))
@@ -364,7 +402,7 @@ class _Normalised(FixedPipe):
     def elaborate(self, platform):
         m = Module()
         en = self.en
-        m.submodules.lut = lut = LutEval(self.TABLE, rom_dir=self.rom_dir)
+        m.submodules.lut = lut = LutEval(self.TABLE, rom_dir=self.rom_dir, port=self.port)
         t, W, mb = lut.lut, self.W, self.m_bits
         # S0: leading one of m
         _, lead_c = leading_one(m, self.i.m, "lz")

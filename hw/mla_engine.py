@@ -53,7 +53,7 @@ from amaranth.lib.wiring import In, Out
 from nano_k3.fxp_ops import P, T, X
 
 from hw.params import require_instance
-from hw.lut_unit import ApplyMant, Exp2Neg, Recip, clamp, round_shift_const
+from hw.lut_unit import ApplyMant, Exp2Neg, Recip, clamp, port_of, round_shift_const
 from hw.mla_params import NUM_FRAC, MlaParams
 from hw.mla_params import PRESETS as MLA_PRESETS
 
@@ -86,13 +86,14 @@ class _Sram:
 class MlaEngine(wiring.Component):
     """MLA cache + attention (see the module docstring for ports, order and timing)."""
 
-    def __init__(self, params: MlaParams, *, rom_dir: str = "roms"):
+    def __init__(self, params: MlaParams, *, rom_dir: str = "roms", roms=None):
+        """``roms``: shared-ROM ports by table name (``hw.lut_unit.shared_rom``), else each LUT owns its ROM."""
         require_instance(self, params, MlaParams)
         if not isinstance(rom_dir, str) or not rom_dir:
             self._MustUse__silence = True
             raise ValueError(f"rom_dir must be a non-empty path string, got {rom_dir!r}")
         self.params = p = params
-        self.rom_dir = rom_dir
+        self.rom_dir, self.roms = rom_dir, roms
         super().__init__({
             "i": In(stream.Signature(in_layout(p))),
             "o": Out(stream.Signature(out_layout(p))),
@@ -264,7 +265,7 @@ class MlaEngine(wiring.Component):
             m.d.comb += [cache.r_en.eq(cv[-1]), cache.r_addr.eq(ca[-1])]
 
         # ---------------- shared lane multipliers ------------------------------------------------------
-        m.submodules.exp2 = exp2 = Exp2Neg(t_bits=p.dt_bits, rom_dir=self.rom_dir)
+        m.submodules.exp2 = exp2 = Exp2Neg(t_bits=p.dt_bits, rom_dir=self.rom_dir, port=port_of(self.roms, "exp2"))
         e_now = exp2.o.y
         q_word = qbuf.r_data[:L * XB]
         k_word = cache.r_data[:L * XB]
@@ -338,7 +339,7 @@ class MlaEngine(wiring.Component):
         with m.If(chunk_done):
             m.d.sync += [num[k].eq(round_shift_const(acc[k], p.num_shift)) for k in range(L)]
         m.submodules.recip = recip = Recip(m_bits=p.sum_bits, frac_bits=max(1, P.frac.bit_length()),
-                                           rom_dir=self.rom_dir)
+                                           rom_dir=self.rom_dir, port=port_of(self.roms, "recip"))
         m.d.comb += [recip.i.m.eq(sum_e), recip.i.frac.eq(P.frac), recip.i_valid.eq(chunk_done)]
         for k in range(L):
             am = ApplyMant(v_bits=p.num_bits, v_frac=NUM_FRAC, out_frac=X.frac, out_bits=XB,

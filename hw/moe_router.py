@@ -39,7 +39,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.data import StructLayout
 from amaranth.lib.wiring import In, Out
 
-from hw.lut_unit import ApplyMant, Recip, Sigmoid, delay
+from hw.lut_unit import ApplyMant, Recip, Sigmoid, delay, port_of
 from hw.params import int_in, require_instance
 from nano_k3.fixed import Q4_11, ROUTER_SCALE_FRAC, ROUTER_SCALE_Q24
 from nano_k3.fxp_ops import RW, P, X
@@ -125,7 +125,8 @@ class MoeRouter(wiring.Component):
     KEY_LATENCY = Sigmoid.LATENCY + 1          # accepted element -> its key in the key register
     EMIT_LATENCY = 1 + ApplyMant.LATENCY       # issue of pair j -> o.valid (slot select, then ApplyMant)
 
-    def __init__(self, params: MoeRouterParams = MoeRouterParams(), *, rom_dir: str = "roms"):
+    def __init__(self, params: MoeRouterParams = MoeRouterParams(), *, rom_dir: str = "roms", roms=None):
+        """``roms``: shared-ROM ports by table name (``hw.lut_unit.shared_rom``), else each LUT owns its ROM."""
         require_instance(self, params, MoeRouterParams)
         if params.bias_shift < 0:
             self._MustUse__silence = True
@@ -133,7 +134,7 @@ class MoeRouter(wiring.Component):
         if not isinstance(rom_dir, str) or not rom_dir:
             self._MustUse__silence = True
             raise ValueError(f"rom_dir must be a non-empty path string, got {rom_dir!r}")
-        self.params, self.rom_dir = params, rom_dir
+        self.params, self.rom_dir, self.roms = params, rom_dir, roms
         super().__init__({
             "i": In(stream.Signature(in_layout(params))),
             "o": Out(stream.Signature(out_layout(params))),
@@ -166,7 +167,7 @@ class MoeRouter(wiring.Component):
             with m.If(ip.last):
                 m.d.sync += [seen_last.eq(1), kk.eq(Mux(~ip.top_k.any(), 1, Mux(ip.top_k > K, K, ip.top_k)))]
 
-        m.submodules.sigmoid = sig = Sigmoid(rom_dir=self.rom_dir)   # never stalls: en stays 1
+        m.submodules.sigmoid = sig = Sigmoid(rom_dir=self.rom_dir, port=port_of(self.roms, "sigmoid"))   # never stalls: en stays 1
         m.d.comb += [sig.i_valid.eq(take & (count < p.max_experts)), sig.i.x.eq(ip.logit)]
         one = Const(1, 1)
         bias_d = delay(m, one, ip.bias, Sigmoid.LATENCY, "bias")
@@ -208,7 +209,8 @@ class MoeRouter(wiring.Component):
         n_out = Signal(range(K + 1))            # pairs to emit: min(k, E)
         total = Signal(p.sum_bits)
         chosen = [Mux(slot_v[s] & (s < kk), slot_score[s], 0) for s in range(K)]
-        m.submodules.recip = rec = Recip(m_bits=p.sum_bits, frac_bits=P.frac.bit_length(), rom_dir=self.rom_dir)
+        m.submodules.recip = rec = Recip(m_bits=p.sum_bits, frac_bits=P.frac.bit_length(), rom_dir=self.rom_dir,
+                                         port=port_of(self.roms, "recip"))
         recip_go = Signal()
         m.d.comb += [rec.i_valid.eq(recip_go), rec.i.m.eq(total), rec.i.frac.eq(P.frac)]
         e_range = (P.frac - p.sum_lead_max, P.frac)   # recip's exponent for a sum in 1 .. max_top_k·P.hi

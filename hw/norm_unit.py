@@ -36,7 +36,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.data import ArrayLayout, StructLayout
 from amaranth.lib.wiring import In, Out
 
-from hw.lut_unit import ApplyMant, Rsqrt, clamp, delay, leading_one, round_shift_const
+from hw.lut_unit import ApplyMant, Rsqrt, clamp, delay, leading_one, port_of, round_shift_const
 from hw.params import pow2_at_least, require_instance
 from nano_k3 import fxp_math
 from nano_k3.config import L2_EPS, RMS_EPS
@@ -120,11 +120,13 @@ class NormUnit(wiring.Component):
     # epsilon, Rsqrt, capture, then the pass-2 pipeline (SRAM read, ApplyMant, gain, output register)
     GAP = 4 + Rsqrt.LATENCY + 1 + 1 + ApplyMant.LATENCY + 2
 
-    def __init__(self, params: NormParams = NormParams()):
+    def __init__(self, params: NormParams = NormParams(), *, roms=None):
+        """``roms``: shared-ROM ports by table name (``hw.lut_unit.shared_rom``), else the Rsqrt owns its ROM."""
         require_instance(self, params, NormParams)
         self.params = params
         p = params
-        self.rsqrt = Rsqrt(m_bits=p.ss_bits, frac_bits=(SQ_FRAC + p.len_log2).bit_length(), rom_dir=p.rom_dir)
+        self.rsqrt = Rsqrt(m_bits=p.ss_bits, frac_bits=(SQ_FRAC + p.len_log2).bit_length(), rom_dir=p.rom_dir,
+                           port=port_of(roms, "rsqrt"))
         e_range = self.rsqrt.e_range
         self.apply_rms = [ApplyMant(v_bits=p.v_bits, v_frac=p.v_frac, out_frac=X.frac, out_bits=p.y_bits,
                                     e_range=e_range) for _ in range(p.lanes)]

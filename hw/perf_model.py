@@ -16,7 +16,7 @@ Engine formulas used (no stalls):
           ``MacInput`` (scan, convert: ``words`` each) unless ``keep``. The LM head waits for its
           results, throttled by its logits writer: 4 write beats per 16-lane chunk, one per cycle.
 * RMS     ``n/K + NormUnit.GAP + n/K − 1`` (two passes of K = ``norm_lanes`` elements a cycle, hw/norm_unit.py)
-* MIX     ``ResMixer.latency(candidates, d)``
+* MIX     ``ResMixer.latency(candidates, d)`` + the interleaved feed's word reads (as EW)
 * EW      ``n + (ns − 1)·⌈n/16⌉ + Elementwise.LATENCY``; COMB the same with ``Combine.LATENCY``
           (``ns`` sources side by side: the ElemFeeder reads each source's word once per 16 elements)
 * ROUTE   ``MoeRouter.latency(E) + top_k − 1``
@@ -29,7 +29,7 @@ The sequencer overheads (``SEQ``) and the two engine constants without a formula
 (``KDA_DRAIN`` from hw/kda_engine.py's docstring, ``MAC_INPUT_PASS``) were measured from the RTL with
 verification/phase_monitor.py on nano-g128-s48-long (``python -m verification.bench``), documented
 where they are defined. With them every op of nano-g128-s48-long is predicted to the cycle (the run
-to 1 cycle in 260,521: the load phase's read latency is jitter); nano-g64-s64-long, not used for
+to 1 cycle in 236,953: the load phase's read latency is jitter); nano-g64-s64-long, not used for
 fitting, checks them (other group → other issue cycles, longer MLA cache).
 
 Load phase: header (256 B), descriptor table, tensor block and token ids, each one read request
@@ -100,6 +100,8 @@ class SeqOverheads:
     mac_lock: int = 2            # its store read port is free (PLD reads) issue + 2 cycles after a command
     pld_read: int = 6            # a PLD's first store read is offered 6 cycles after it starts
     mv_done: int = 1             # the last result is written; the queue is empty one cycle later
+    act_cmd: int = 1             # an MV started while the array issues: its convert pass (one transfer a
+                                 # word) waits for the array, its command 1 cycle after the last word
     mac_input_pass: int = 3      # per WordFeeder → MacInput pass, beyond one cycle a word
     full_block: int = -1         # fan_out ≥ W: the last block's results leave one cycle earlier than
                                  # issue + LATENCY + chunks − 1 (MacArray docstring: 64→64 measured 46): its
@@ -233,7 +235,7 @@ class PerfModel:
         if op.opc == Opc.RMS:
             return s.elem + 2 * (op.n // self.hw.norm_lanes) + NORM_GAP - 1
         if op.opc == Opc.MIX:
-            return s.elem + self.mix_cycles(len(op.srcs), op.n)
+            return s.elem + self.mix_cycles(len(op.srcs), op.n) + (len(op.srcs) - 1) * -(-op.n // LANES)
         if op.opc in (Opc.EW, Opc.COMB):     # interleaved feed: ns word reads per 16 elements
             feed = op.n + (len(op.srcs) - 1) * -(-op.n // LANES)
             return s.elem + feed + (EW_LATENCY if op.opc == Opc.EW else COMB_LATENCY)
@@ -249,30 +251,37 @@ class PerfModel:
 
     # --- phases ----------------------------------------------------------------------------------
     def position(self, t: int) -> list[OpCost]:
-        """Every op's cycles at position t, on a timeline: a non-head MV ends once its command is taken
-        while its results drain into the VRF; a keep MV's command waits for the MAC array to take it,
-        a PLD's reads for the array's store port, every other op for the last result (hw/sequencer.py)."""
+        """Every op's cycles at position t, on a timeline (hw/sequencer.py): a non-head MV ends once its
+        command is taken while its results drain into the VRF. A keep MV's command waits for the MAC
+        array to take it, a PLD's reads for the array's store port; another MV, ROUTE and KDA / MLA
+        feed segments wait for their sources' results, every other op for all results."""
         s = self.seq
         now, mac_free, port_free = 0, 0, 0
-        done: list[int] = []                         # cycle each queued matvec's results are all written
+        done: dict[int, int] = {}                    # queued matvec's slot -> cycle its results are written
         out = []
         for k, (op, ph) in enumerate(zip(self.ops, self.op_phases)):
             cost = self.op_cycles(op, t)
+            feeds_only = (op.opc == Opc.MV and not op.head or op.opc == Opc.ROUTE
+                          or op.opc in (Opc.KDA, Opc.MLA) and not op.last)
             if op.opc == Opc.MV and op.keep:
                 cmd = max(now + s.keep_cmd, mac_free)
-                while sum(d > cmd for d in done) >= MV_QUEUE:
-                    cmd = min(d for d in done if d > cmd)
-                cost = cmd - now + 1
             elif op.opc == Opc.PLD:
                 cost += max(0, port_free - (now + s.pld_read))
-            else:
-                cost += max(0, max(done, default=0) - now)     # DISPATCH waits for the queue to empty
-                done = []
+            elif feeds_only:                                # DISPATCH waits for the sources' results
+                cost += max([0] + [done[x] - now for x in op.srcs if x in done])
+            else:                                           # DISPATCH waits for the queue to empty
+                cost += max([0] + [d - now for d in done.values()])
+                done = {}
             if op.opc == Opc.MV and not op.head:
-                cmd = now + cost - 1
+                if not op.keep:                             # its activations enter once the array is free
+                    cmd = max(now + cost - 1, mac_free + -(-op.fan_in // LANES) + s.act_cmd)
+                while sum(d > cmd for d in done.values()) >= MV_QUEUE:
+                    cmd = min(d for d in done.values() if d > cmd)
+                cost = cmd - now + 1
                 mac_free = cmd + self.issue_cycles(op.fan_in, op.fan_out) + s.mac_next
                 port_free = cmd + self.issue_cycles(op.fan_in, op.fan_out) + s.mac_lock
-                done = [d for d in done if d > cmd] + [cmd + self.mac_cycles(op) + s.mv_done]
+                done = {x: d for x, d in done.items() if d > cmd}
+                done[op.dst] = cmd + self.mac_cycles(op) + s.mv_done
             out.append(OpCost(k, op.opc.name, op.name, ph, cost))
             now += cost
         return out

@@ -59,7 +59,7 @@ class Opc(enum.IntEnum):
     MLA = 10
 
 
-INTERLEAVED = (Opc.EW, Opc.COMB)      # ops fed element by element with every source side by side
+INTERLEAVED = (Opc.EW, Opc.COMB, Opc.MIX)    # ops fed element by element with every source side by side
 
 
 class PaMode(enum.IntEnum):      # index of the PRF a element for element i
@@ -180,8 +180,8 @@ def build_program(cfg: ModelConfig) -> list[Op]:
         p = a if boundary else ew(EwKind.ADD, p, a, d)
         x = mix(B + [p], L + "res_mlp")
         h2 = rms(x, L + "norm2.w", d)
-        # every matvec of h2 back to back (the router's, the shared expert's, then the chosen ones'), then
-        # each expert's SwiGLU and down projection
+        # every matvec of h2 back to back (the router's, the shared expert's, then the chosen ones'), the
+        # SwiGLUs, then the down projections back to back (each starts while the one before drains)
         rl = mv(L + "moe.router", h2, d, cfg.n_experts)
         experts = [(L + "moe.shared", L + "moe.shared", 0)]
         experts += [(L + f"moe.top{j}", L + "moe.e0", j + 1) for j in range(cfg.top_k)]
@@ -191,10 +191,9 @@ def build_program(cfg: ModelConfig) -> list[Op]:
                 pld(L + "moe.bias", 0)
                 ops.append(Op(Opc.ROUTE, (rl,), None, n=cfg.n_experts, name=L + "moe.router"))
             gu.append([mv(f"{label}.{s}", h2, d, cfg.d_ff, expert=ex, rec_name=f"{ename}.{s}") for s in "gu"])
-        outs = []
-        for (label, ename, ex), (g, u) in zip(experts, gu):
-            hid = ew(EwKind.SWIGLU, g, u, cfg.d_ff)
-            outs.append(mv(label + ".d", hid, cfg.d_ff, d, expert=ex, rec_name=ename + ".d"))
+        hids = [ew(EwKind.SWIGLU, g, u, cfg.d_ff) for g, u in gu]
+        outs = [mv(label + ".d", hid, cfg.d_ff, d, expert=ex, rec_name=ename + ".d")
+                for (label, ename, ex), hid in zip(experts, hids)]
         moe = new("moe")
         ops.append(Op(Opc.COMB, tuple(outs), moe, n=d))
         x = ew(EwKind.ADD, p, moe, d)

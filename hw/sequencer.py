@@ -16,6 +16,7 @@ Block diagram (everything below ``ChipCore``; hw/chip_top.py only renames ports 
                                                     MoeRouter (experts, weights → registers) | Combine
       MacArray's weight store ◄── tensor block (load phase); its stream reader fills PRF a/b (PLD) and
       serves the embedding row (EMB).
+      LUT ROMs (``SHARED_TABLES``): one msh_rom per table serves two engines, a read port each.
 
 The build serves exactly one model configuration (the micro-program is generated for it): the
 header's dimensions, layer bitmap, record count and logits stride must equal the build's; the group
@@ -35,7 +36,7 @@ from amaranth.lib.wiring import In, Out
 
 from hw.chip_glue import Combine, ElemFeeder, WordFeeder
 from hw.kda_engine import KdaEngine, KdaParams
-from hw.lut_unit import Streamed
+from hw.lut_unit import Streamed, shared_rom
 from hw.mac_array import MacArray, mac_array_params_for
 from hw.mac_input import MacInput
 from hw.mem_engine import MemEngine, MemPortSignature
@@ -56,6 +57,10 @@ from nano_k3.image import FORMAT_VERSION, MAGIC, STATUS_DONE, logits_stride
 from nano_k3.tensors import record_names
 
 RSP_DONE = 0x0000D0DE
+# LUT tables whose msh_rom two engines share (port 1, port 2): the engines never need more than one lookup
+# of a table per cycle each, so each gets a read port of its own
+SHARED_TABLES = {"sigmoid": ("router", "ew"), "rsqrt": ("norm", "mixer"), "recip": ("router", "mixer"),
+                 "exp2": ("mla", "mixer")}
 MV_QUEUE = 4               # matvecs issued and not yet written back (the MAC array returns them in order)
 CMD_RUN = 0x00000001
 STATUS_BAD = 0xBAD00000
@@ -128,18 +133,25 @@ class ChipCore(wiring.Component):
         wiring.connect(m, mem.mem, wiring.flipped(self.mem))
         mac = m.submodules.mac = MacArray(mp)
         minp = m.submodules.mac_input = MacInput(mac.act.payload.shape(), lanes=L, max_n=max_n)
+        # LUT ROMs shared by two engines that use the same table (one msh_rom, a read port each)
+        shared = {t: shared_rom(m, t, b.rom_dir) for t in SHARED_TABLES}
+        roms = {eng: {t: ports[SHARED_TABLES[t].index(eng)] for t, ports in shared.items() if eng in SHARED_TABLES[t]}
+                for eng in ("norm", "mixer", "ew", "router", "mla")}
         NL = chip.norm_lanes
-        norm = m.submodules.norm = NormUnit(NormParams(max_len=max_n, rom_dir=b.rom_dir, lanes=NL, l2=False))
-        mixer = m.submodules.mixer = ResMixer(ResMixerParams(max_cands=4, max_d=_pow2(cfg.d_model), trace_e=False,
-                                                             rom_dir=b.rom_dir))
-        ew = m.submodules.ew = Streamed(Elementwise(rom_dir=b.rom_dir))
+        norm = m.submodules.norm = NormUnit(NormParams(max_len=max_n, rom_dir=b.rom_dir, lanes=NL, l2=False),
+                                            roms=roms["norm"])
+        max_cands = max(len(o.srcs) for o in prog.ops if o.opc == Opc.MIX)
+        mixer = m.submodules.mixer = ResMixer(ResMixerParams(max_cands=max_cands, max_d=_pow2(cfg.d_model), trace_e=False,
+                                                             rom_dir=b.rom_dir), roms=roms["mixer"])
+        ew = m.submodules.ew = Streamed(Elementwise(rom_dir=b.rom_dir, roms=roms["ew"]))
         router = m.submodules.router = MoeRouter(MoeRouterParams(max_experts=max(2, cfg.n_experts),
-                                                                 max_top_k=cfg.top_k), rom_dir=b.rom_dir)
+                                                                 max_top_k=cfg.top_k), rom_dir=b.rom_dir,
+                                                 roms=roms["router"])
         kp = KdaParams(heads=cfg.kda_heads, dh=cfg.kda_dh, conv_k=cfg.conv_k, max_layers=max(2, cfg.n_kda_layers))
         kda = m.submodules.kda = KdaEngine(kp)
         mla = m.submodules.mla = MlaEngine(MlaParams(max_heads=cfg.mla_heads, max_dk=cfg.mla_dk, max_dr=cfg.mla_dr,
                                                      max_dv=cfg.mla_dv, max_seq=cfg.max_seq, lanes=L),
-                                           rom_dir=b.rom_dir)
+                                           rom_dir=b.rom_dir, roms=roms["mla"])
         comb = m.submodules.combine = Combine(max_n=max_n, top_k=cfg.top_k)
         m.d.comb += [mla.heads.eq(cfg.mla_heads), mla.dk.eq(cfg.mla_dk), mla.dr.eq(cfg.mla_dr),
                      mla.dv.eq(cfg.mla_dv), mla.score_const.eq(mla_score_const(cfg.mla_dk + cfg.mla_dr))]
@@ -246,8 +258,8 @@ class ChipCore(wiring.Component):
             *[norm.i.payload.v[k].eq(fo.payload.data[k]) for k in range(NL)],
             *[norm.i.payload.w[k].eq(fo.payload.pa[16 * k:16 * k + 16]) for k in range(NL)],
             norm.i.payload.op.eq(NormOp.RMS), norm.i.payload.last.eq(fo.payload.final),
-            mixer.i.payload.data.eq(fo.payload.data[0]), mixer.i.payload.last.eq(fo.payload.elast),
-            mixer.i.payload.final.eq(fo.payload.final),
+            *[mixer.i.payload.data[k].eq(fo.payload.data[k]) for k in range(max_cands)],
+            mixer.i.payload.n.eq(op.ns), mixer.i.payload.last.eq(fo.payload.final),
             mixer.w.payload.eq(fo.payload.pa[:16]), mixer.proj.payload.eq(fo.payload.pb),
             ew.i.payload.op.eq(op.ewop), ew.i.payload.a.eq(fo.payload.data[0]), ew.i.payload.b.eq(fo.payload.data[1]),
             router.i.payload.logit.eq(fo.payload.data[0]), router.i.payload.bias.eq(fo.payload.pa[:16]),
@@ -262,13 +274,12 @@ class ChipCore(wiring.Component):
             m.d.comb += kda.i.payload.taps[j].eq(fo.payload.pa[16 * j:16 * j + 16])
         for j in range(cfg.top_k):
             m.d.comb += comb.weights[j].eq(weights[j])
-        first = fo.payload.cand == 0
         with m.Switch(op.opc):
             with m.Case(Opc.RMS):
                 m.d.comb += [norm.i.valid.eq(fo.valid), fo.ready.eq(norm.i.ready)]
             with m.Case(Opc.MIX):
-                m.d.comb += [mixer.i.valid.eq(fo.valid), mixer.w.valid.eq(fo.valid & first),
-                             mixer.proj.valid.eq(fo.valid & first), fo.ready.eq(mixer.i.ready)]
+                m.d.comb += [mixer.i.valid.eq(fo.valid), mixer.w.valid.eq(fo.valid),
+                             mixer.proj.valid.eq(fo.valid), fo.ready.eq(mixer.i.ready)]
             with m.Case(Opc.EW):
                 m.d.comb += [ew.i.valid.eq(fo.valid), fo.ready.eq(ew.i.ready)]
             with m.Case(Opc.ROUTE):
@@ -332,13 +343,23 @@ class ChipCore(wiring.Component):
         mla_o = mla.o
         # Matvec results are written by their own collector: a queue holds the destination slot of
         # every matvec issued and not yet written (in issue order, as the MAC array returns them), so
-        # the sequencer moves on once a (non-head) matvec is issued. Only a keep MV or a PLD may start
-        # while the queue is not empty (DISPATCH waits), so nothing else writes the VRF meanwhile.
+        # the sequencer moves on once a (non-head) matvec is issued. While the queue is not empty, DISPATCH
+        # lets only ops start that do not write the VRF themselves: a keep MV or a PLD at once; another
+        # MV, ROUTE, a KDA or MLA feed segment once none of its sources is a queued destination. The
+        # others wait for the queue to empty, so the collectors never write the VRF in the same cycle.
         mvq = Array(Signal(sb, name=f"mvq{k}") for k in range(MV_QUEUE))
-        mvq_rd, mvq_wr = Signal(range(MV_QUEUE)), Signal(range(MV_QUEUE))
-        mvq_n = Signal(range(MV_QUEUE + 1))
-        mvq_push, mvq_pop = Signal(), Signal()
+        mvq_rd = Signal(range(MV_QUEUE), name="mvq_rd")
+        mvq_wr = Signal(range(MV_QUEUE), name="mvq_wr")
+        mvq_n = Signal(range(MV_QUEUE + 1), name="mvq_n")
+        mvq_push = Signal(name="mvq_push")
+        mvq_pop = Signal(name="mvq_pop")
         mv_col = Signal(range(SW + 1))
+        queued = Signal(MV_QUEUE)                 # queue entries still to be written
+        for e in range(MV_QUEUE):
+            m.d.comb += queued[e].eq((e - mvq_rd)[:_log2(MV_QUEUE)] < mvq_n)
+        src_queued = Signal()                     # a source of the op is a queued destination
+        m.d.comb += src_queued.eq(Cat(*[(k < op.ns) & queued[e] & (mvq[e] == getattr(op, f"s{k}"))
+                                        for k in range(4) for e in range(MV_QUEUE)]).any())
         with m.If(mvq_n != 0):
             m.d.comb += mo.ready.eq(1)
             with m.If(mo.valid):
@@ -528,8 +549,10 @@ class ChipCore(wiring.Component):
             with m.State("DISPATCH"):
                 m.d.comb += in_pos.eq(1)
                 m.d.sync += col_target.eq(Mux(is_op(Opc.KDA), Mux(op.last, op.n_out, 0), op.n))
-                drain = ~(is_op(Opc.MV) & op.keep) & ~is_op(Opc.PLD)     # must wait for the matvec results
-                with m.If(~drain | (mvq_n == 0)):
+                feeds_only = (is_op(Opc.MV) & ~head | is_op(Opc.ROUTE)
+                              | (is_op(Opc.KDA) | is_op(Opc.MLA)) & ~op.last)     # no VRF writes of its own
+                with m.If((is_op(Opc.MV) & op.keep) | is_op(Opc.PLD) | (feeds_only & ~src_queued)
+                          | (mvq_n == 0)):
                     with m.Switch(op.opc):
                         with m.Case(Opc.EMB, Opc.MV, Opc.PLD):
                             m.next = "DESC"

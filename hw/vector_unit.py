@@ -30,7 +30,7 @@ from amaranth.lib.data import StructLayout
 from amaranth.lib.wiring import In, Out
 
 from hw.params import require_instance
-from hw.lut_unit import FixedPipe, Silu, Streamed, clamp, delay, round_shift_const
+from hw.lut_unit import FixedPipe, Silu, Streamed, clamp, delay, port_of, round_shift_const
 from hw.norm_unit import NormParams, NormUnit
 from hw.softmax_unit import SoftmaxExp, SoftmaxParams
 from nano_k3.fxp_ops import P, X
@@ -47,15 +47,16 @@ class Elementwise(FixedPipe):
 
     LATENCY = Silu.LATENCY + 2
 
-    def __init__(self, *, rom_dir: str = "roms"):
-        self.rom_dir = rom_dir
+    def __init__(self, *, rom_dir: str = "roms", roms=None):
+        """``roms``: shared-ROM ports by table name (``hw.lut_unit.shared_rom``), else the SiLU owns its ROM."""
+        self.rom_dir, self.roms = rom_dir, roms
         super().__init__(StructLayout({"op": unsigned(2), "a": signed(X.bits), "b": signed(X.bits)}),
                          StructLayout({"y": signed(X.bits)}))
 
     def elaborate(self, platform):
         m = Module()
         en = self.en
-        m.submodules.silu = silu = Silu(rom_dir=self.rom_dir)
+        m.submodules.silu = silu = Silu(rom_dir=self.rom_dir, port=port_of(self.roms, "sigmoid"))
         m.d.comb += [silu.en.eq(en), silu.i.x.eq(self.i.a)]
         a = delay(m, en, self.i.a, Silu.LATENCY, "a")
         b = delay(m, en, self.i.b, Silu.LATENCY, "b")

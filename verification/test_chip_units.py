@@ -102,24 +102,25 @@ if cocotb is not None:
                     for j in range(16):
                         if (s >> (4 * j)) & 0xF == 0xF:
                             word[j] = _s32((d >> (32 * j)) & 0xFFFFFFFF)
-                # an op's result is checked when the op ends; a matvec's once every queued result is written
-                if pending and int(core.mvq_n.value) == 0:
-                    for args in pending:
-                        check(vrf, *args)
-                    pending.clear()
+                # an op's result is checked when the op ends; a matvec's when the sequencer's result queue
+                # pops it (its last result written; matvecs leave the queue in program order)
+                rd = int(core.mvq_rd.value)
+                if rd != last_rd[0]:
+                    last_rd[0] = rd
+                    check(vrf, *pending.pop(0))
                 pc = int(core.pc.value)
                 if pc != last_pc:
                     k = last_pc
-                    if pos < len(trace) and k in trace[pos] and not isinstance(trace[pos][k], tuple):
-                        if prog.ops[k].opc == Opc.MV:
-                            pending.append((pos, k))
-                        else:
-                            check(vrf, pos, k)
+                    if prog.ops[k].opc == Opc.MV and not prog.ops[k].head:
+                        pending.append((pos, k))
+                    elif pos < len(trace) and k in trace[pos] and not isinstance(trace[pos][k], tuple):
+                        check(vrf, pos, k)
                     if prog.ops[k].opc == Opc.END:
                         pos += 1
                     last_pc = pc
 
         pending: list = []
+        last_rd = [0]
 
         def check(vrf, pos, k):
             exp = trace[pos][k]

@@ -2,8 +2,10 @@
 
 Every mixed vector and every softmax weight e is compared with ``nano_k3.fixed.residual_mix`` (the
 reference, called here, never re-implemented), bit for bit, with random idle cycles on the three
-input streams (``i`` candidates, ``w``, ``proj``) and random back-pressure on both outputs (``o``, ``e``).
-Payload layouts and build maxima come from the ``config.json`` that rtl_gen wrote next to the Verilog.
+input streams (``i``: element j of every candidate, ``w``, ``proj``: element j, on every transfer)
+and random back-pressure on both outputs (``o``, ``e``). The unused candidate entries (k >= n) carry
+random values. Payload layouts and build maxima come from the ``config.json`` that rtl_gen wrote
+next to the Verilog.
 
 Environment read by the cocotb side: NANO_K3_RTL_CONFIG (config.json, required), NANO_K3_MIX_CASES
 (random cases, default 1000), NANO_K3_SEED (default 20240917).
@@ -109,6 +111,8 @@ def edge_cases(rng: np.random.Generator, max_n: int, max_d: int) -> list[Case]:
         Case("proj-zero-uniform-e", nrm(3), w0, np.zeros(d, dtype=np.int64)),
         Case("huge-vs-tiny", np.stack([rand_vec(rng, d, "large"), rand_vec(rng, d, "tiny")]), w0, p0),
         Case("d1", np.stack([np.array([5 << 20]), np.array([-3 << 10])]), w0[:1], p0[:1]),
+        Case("d1-n1", np.array([[-7 << 18]]), w0[:1], p0[:1]),
+        Case(f"d1-n{max_n}", np.stack([rand_vec(rng, 1, "normal") for _ in range(max_n)]), w0[:1], p0[:1]),
         Case("d2-max-n", np.stack([rand_vec(rng, 2, "normal") for _ in range(max_n)]), w0[:2], p0[:2]),
         Case("full-range-params", nrm(max_n), *rand_params(rng, d, full=True)),
         Case("x-extremes", np.stack([np.full(d, X.hi), np.full(d, X.lo)]) if v_max(d) >= X.hi
@@ -124,6 +128,7 @@ class TB:
     def __init__(self, dut, cfg: dict, seed: int):
         self.dut, self.cfg = dut, cfg
         self.rng = random.Random(seed)
+        self.max_cands = cfg["derived"]["max_cands"]
         self.fields = {name: s["fields"] for name, s in cfg["streams"].items()}
         self.widths = {name: s["payload_bits"] for name, s in cfg["streams"].items()}
         for name in ("i", "w", "proj", "o"):
@@ -229,10 +234,10 @@ class TB:
 
     def submit(self, idx: int, case: Case) -> None:
         n, d = case.cands.shape
-        for k in range(n):
-            for j in range(d):
-                last = j == d - 1
-                self.q_i.append(self.pack("i", data=case.cands[k, j], last=last, final=last and k == n - 1))
+        for j in range(d):
+            data = {f"data.{k}": case.cands[k, j] if k < n else self.rng.getrandbits(X.bits)  # k >= n: don't-care
+                    for k in range(self.max_cands)}
+            self.q_i.append(self.pack("i", **data, n=n, last=j == d - 1))
         self.q_w.extend(int(v) & 0xFFFF for v in case.w)
         self.q_p.extend(int(v) & 0xFFFF for v in case.proj)
         self.pend_o.append((idx, case))
@@ -294,21 +299,27 @@ async def mix_random(dut):
 
 @cocotb.test()
 async def mix_latency(dut):
-    """No idles, no back-pressure: one nano mix (n = 2, d = 64) takes the documented number of cycles."""
+    """No idles, no back-pressure: nano mixes (d = 64; n = 2, 1 and max_cands) take the documented cycles."""
     cfg, seed, max_n, max_d = _setup()
+    assert max_d >= 64, f"the documented latencies are for d = 64, the build has max_d {max_d}"
     tb = TB(dut, cfg, seed + 2)
     tb.idle_prob, tb.ready_prob = 0.0, 1.0
     await tb.start()
     rng = np.random.default_rng(seed + 2)
-    d = min(64, max_d)
-    case = Case(f"nano-n2-d{d}", np.stack([rand_vec(rng, d, "normal") for _ in range(2)]), *rand_params(rng, d, False))
-    await tb.run([case])
-    tb.verdict(1)
-    cycles = tb.last_out - tb.first_accept + 1
-    want = cfg["derived"]["latency_n2_d64"]
-    dut._log.info("LATENCY n=2 d=%d: %d cycles from first accepted element to last output (documented %d)",
-                  d, cycles, want)
-    assert cycles == want, f"n=2 d={d}: {cycles} cycles, documented {want}"
+    d = 64
+    documented = {n: lat for n, lat in enumerate(cfg["derived"]["latency_d64"], start=1)}
+    assert documented[2] == cfg["derived"]["latency_n2_d64"], documented
+    ns = list(dict.fromkeys([2, 1, max_n]))
+    for n in ns:
+        case = Case(f"nano-n{n}-d{d}", np.stack([rand_vec(rng, d, "normal") for _ in range(n)]),
+                    *rand_params(rng, d, False))
+        tb.first_accept = None
+        await tb.run([case])
+        cycles = tb.last_out - tb.first_accept + 1
+        dut._log.info("LATENCY n=%d d=%d: %d cycles from first accepted element to last output (documented %d)",
+                      n, d, cycles, documented[n])
+        assert cycles == documented[n], f"n={n} d={d}: {cycles} cycles, documented {documented[n]}"
+    tb.verdict(len(ns))
 
 
 # ---- pytest runner -------------------------------------------------------------------------------------
