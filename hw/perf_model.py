@@ -23,13 +23,15 @@ Engine formulas used (no stalls):
 * KDA     one element a cycle (``n``); the last segment adds the engine's drain (``KDA_DRAIN``)
 * MLA     the feed segments one word a cycle; the last adds ``MlaParams.cycles(t)`` minus its load
           part: the attention over the t + 1 cached positions (grows with the position)
-* PLD     one weight-store read per ``banks`` beats (hw/weight_store.py) + read latency
+* PLD     the command only; in the background one weight-store read per ``banks`` beats (hw/weight_store.py)
+          once the MAC array leaves the store port, + read latency: the PRF readers, EMB and the next
+          PLD wait for it
 * EMB     three weight-store reads (scale, zero, row) + d/16 VRF writes
 The sequencer overheads (``SEQ``) and the two engine constants without a formula in the engine
 (``KDA_DRAIN`` from hw/kda_engine.py's docstring, ``MAC_INPUT_PASS``) were measured from the RTL with
 verification/phase_monitor.py on nano-g128-s48-long (``python -m verification.bench``), documented
 where they are defined. With them every op of nano-g128-s48-long is predicted to the cycle (the run
-to 1 cycle in 236,953: the load phase's read latency is jitter); nano-g64-s64-long, not used for
+to 1 cycle in 234,553: the load phase's read latency is jitter); nano-g64-s64-long, not used for
 fitting, checks them (other group → other issue cycles, longer MLA cache).
 
 Load phase: header (256 B), descriptor table, tensor block and token ids, each one read request
@@ -47,7 +49,7 @@ from hw.mla_params import CTX_DRAIN as MLA_CTX_DRAIN
 from hw.mla_params import SCORE_DRAIN as MLA_SCORE_DRAIN
 from hw.moe_router import MoeRouter
 from hw.norm_unit import NormUnit
-from hw.program import LANES, Op, Opc, program_for
+from hw.program import LANES, PRF_READERS, Op, Opc, program_for
 from hw.sequencer import MV_QUEUE
 from hw.res_mixer import ResMixer
 from hw.vector_unit import Elementwise
@@ -98,7 +100,8 @@ class SeqOverheads:
                                  # and taken once the MAC array has issued the previous matvec
     mac_next: int = 1            # the MAC array takes the next command issue + 1 cycles after the last one
     mac_lock: int = 2            # its store read port is free (PLD reads) issue + 2 cycles after a command
-    pld_read: int = 6            # a PLD's first store read is offered 6 cycles after it starts
+    pld_read: int = 1            # a PLD's first store read: the cycle after its command (port free)
+    pld_write: int = 3           # its last beat is in the PRF (readers may start) this many cycles after its last store read
     mv_done: int = 1             # the last result is written; the queue is empty one cycle later
     act_cmd: int = 1             # an MV started while the array issues: its convert pass (one transfer a
                                  # word) waits for the array, its command 1 cycle after the last word
@@ -107,7 +110,7 @@ class SeqOverheads:
                                  # issue + LATENCY + chunks − 1 (MacArray docstring: 64→64 measured 46): its
                                  # second scale read ends the issue one cycle after the last q read
     head: int = 12               # head MV beyond its 4 write beats per 16-lane chunk (when write-bound)
-    pld: int = 8                 # DISPATCH, DESC (4), PLD_REQ, store latency
+    pld: int = 6                 # DISPATCH, DESC (4), PLD_REQ: the copy itself runs in the background
     emb: int = 20                # EMB beyond its d/16 VRF word writes (FETCH, 3 store reads, 2 token-SRAM cycles)
     elem: int = 4                # element ops: DISPATCH, feeder start + read latency
     route: int = 1               # ROUTE beyond elem: the router's last pair to the collector
@@ -229,7 +232,7 @@ class PerfModel:
         if op.opc == Opc.MV:
             return self.head_cycles(op) if op.head else (s.keep_cmd + 2 if op.keep else s.mv + self.mv_feed(op))
         if op.opc == Opc.PLD:
-            return s.pld + -(-op.nbeats // self.hw.banks)
+            return s.pld
         if op.opc == Opc.EMB:
             return s.emb + c.d_model // LANES
         if op.opc == Opc.RMS:
@@ -253,25 +256,31 @@ class PerfModel:
     def position(self, t: int) -> list[OpCost]:
         """Every op's cycles at position t, on a timeline (hw/sequencer.py): a non-head MV ends once its
         command is taken while its results drain into the VRF. A keep MV's command waits for the MAC
-        array to take it, a PLD's reads for the array's store port; another MV, ROUTE and KDA / MLA
-        feed segments wait for their sources' results, every other op for all results."""
+        array to take it; another MV, ROUTE and KDA / MLA feed segments wait for their sources' results,
+        every other op for all results. A PLD's copy runs in the background once the array leaves the
+        store port; the PRF readers, EMB and the next PLD wait for it."""
         s = self.seq
-        now, mac_free, port_free = 0, 0, 0
+        now, mac_free, port_free, pld_done = 0, 0, 0, 0
         done: dict[int, int] = {}                    # queued matvec's slot -> cycle its results are written
         out = []
         for k, (op, ph) in enumerate(zip(self.ops, self.op_phases)):
             cost = self.op_cycles(op, t)
             feeds_only = (op.opc == Opc.MV and not op.head or op.opc == Opc.ROUTE
                           or op.opc in (Opc.KDA, Opc.MLA) and not op.last)
+            wait = [0]                                      # DISPATCH waits for ...
+            if op.opc in PRF_READERS or op.opc in (Opc.PLD, Opc.EMB):
+                wait.append(pld_done - now)                 # ... the PLD copy in flight
+            if feeds_only:
+                wait += [done[x] - now for x in op.srcs if x in done]     # ... its sources' results
+            elif not (op.opc == Opc.MV and op.keep or op.opc == Opc.PLD):
+                wait += [d - now for d in done.values()]    # ... every matvec result
+                done = {}
+            cost += max(wait)
             if op.opc == Opc.MV and op.keep:
                 cmd = max(now + s.keep_cmd, mac_free)
             elif op.opc == Opc.PLD:
-                cost += max(0, port_free - (now + s.pld_read))
-            elif feeds_only:                                # DISPATCH waits for the sources' results
-                cost += max([0] + [done[x] - now for x in op.srcs if x in done])
-            else:                                           # DISPATCH waits for the queue to empty
-                cost += max([0] + [d - now for d in done.values()])
-                done = {}
+                first = max(now + cost - 1 + s.pld_read, port_free)     # command taken in the op's last cycle
+                pld_done = first + -(-op.nbeats // self.hw.banks) - 1 + s.pld_write
             if op.opc == Opc.MV and not op.head:
                 if not op.keep:                             # its activations enter once the array is free
                     cmd = max(now + cost - 1, mac_free + -(-op.fan_in // LANES) + s.act_cmd)

@@ -16,7 +16,8 @@ only a keep MV, and a PLD, start while matvec results are still being written):
         head=1: LOGIT format, results to the logits writer (memory), argmax tracked
         keep=1: the MAC array still holds this src (the previous MV's, same fan-in): no activation
         feed, and the matvec is issued while the previous one's results still drain (``mark_keep``)
-  PLD   rec -> PRF a|b            copy a small int16 tensor from the weight store to a parameter buffer
+  PLD   rec -> PRF a|b            copy a small int16 tensor from the weight store to a parameter buffer, in
+                                  the background (``hoist_plds`` places it early; PRF readers wait for it)
   RMS   src -> dst                RMSNorm with w = PRF a                          [norm unit]
   MIX   srcs -> dst               residual mix, w = PRF a, proj = PRF b           [residual mixer]
   EW    src0, src1 -> dst         ADD or SWIGLU                                   [elementwise unit]
@@ -201,7 +202,25 @@ def build_program(cfg: ModelConfig) -> list[Op]:
     hn = rms(x, "final_norm.w", d)
     mv("head", hn, d, cfg.vocab, head=1)
     ops.append(Op(Opc.END))
-    return mark_keep(ops)
+    return hoist_plds(mark_keep(ops))
+
+
+PRF_READERS = {Opc.RMS: (0,), Opc.MIX: (0, 1), Opc.ROUTE: (0,), Opc.KDA: (0, 1)}   # op -> PRFs it reads
+
+
+def hoist_plds(ops: list[Op]) -> list[Op]:
+    """Move every PLD up to just after the last op before it that reads or loads its parameter buffer
+    (never above the position's first op): the load then runs in the background (hw/sequencer.py)
+    while the ops it passed run."""
+    out: list[Op] = []
+    for op in ops:
+        k = len(out)
+        if op.opc == Opc.PLD:
+            while k > 1 and op.prf not in PRF_READERS.get(out[k - 1].opc, ()) and not (
+                    out[k - 1].opc == Opc.PLD and out[k - 1].prf == op.prf):
+                k -= 1
+        out.insert(k, op)
+    return out
 
 
 def mark_keep(ops: list[Op]) -> list[Op]:

@@ -45,7 +45,7 @@ from hw.mla_params import MlaParams
 from hw.moe_router import MoeRouter, MoeRouterParams
 from hw.norm_unit import NormOp, NormParams, NormUnit
 from hw.params import ChipParams, require_instance
-from hw.program import INTERLEAVED, LANES, ROM_NAME, Opc, Program, fields, program_for
+from hw.program import INTERLEAVED, LANES, PRF_READERS, ROM_NAME, Opc, Program, fields, program_for
 from hw.res_mixer import ResMixer, ResMixerParams
 from hw.vector_unit import Elementwise
 from hw.vrf import Sram
@@ -394,6 +394,20 @@ class ChipCore(wiring.Component):
                 with m.If(router.o.payload.last):
                     m.d.sync += col_done.eq(1)
 
+        # ---- PRF writer: a PLD's beats from the weight store's stream reader, in the background -----------
+        pld_busy = Signal()
+        pld_prf = Signal()
+        pld_cnt = Signal(range(prf_depth + 1))
+        with m.If(pld_busy):
+            m.d.comb += mac.r_data.ready.eq(1)
+            for k in range(2):
+                m.d.comb += [prf[k].w_en.eq(mac.r_data.valid & (pld_prf == k)), prf[k].w_addr.eq(pld_cnt),
+                             prf[k].w_data.eq(mac.r_data.payload.data.as_value()), prf[k].w_strb.eq(-1)]
+            with m.If(mac.r_data.valid):
+                m.d.sync += pld_cnt.eq(pld_cnt + 1)
+                with m.If(mac.r_data.payload.last):
+                    m.d.sync += pld_busy.eq(0)
+
         # ---- logits writer (head op) ----------------------------------------------------------------
         lw_valid = Signal()
         lw_addr = Signal(ADDR_BITS)
@@ -548,11 +562,14 @@ class ChipCore(wiring.Component):
                 load_op()
             with m.State("DISPATCH"):
                 m.d.comb += in_pos.eq(1)
+                # a PLD still copying holds up the next PLD, the PRF readers and EMB (its store reads)
+                pld_hold = pld_busy & (is_op(Opc.PLD) | is_op(Opc.EMB)
+                                       | Cat(*[is_op(c) for c in PRF_READERS]).any())
                 m.d.sync += col_target.eq(Mux(is_op(Opc.KDA), Mux(op.last, op.n_out, 0), op.n))
                 feeds_only = (is_op(Opc.MV) & ~head | is_op(Opc.ROUTE)
                               | (is_op(Opc.KDA) | is_op(Opc.MLA)) & ~op.last)     # no VRF writes of its own
-                with m.If((is_op(Opc.MV) & op.keep) | is_op(Opc.PLD) | (feeds_only & ~src_queued)
-                          | (mvq_n == 0)):
+                with m.If(~pld_hold & ((is_op(Opc.MV) & op.keep) | is_op(Opc.PLD) | (feeds_only & ~src_queued)
+                                       | (mvq_n == 0))):
                     with m.Switch(op.opc):
                         with m.Case(Opc.EMB, Opc.MV, Opc.PLD):
                             m.next = "DESC"
@@ -584,20 +601,12 @@ class ChipCore(wiring.Component):
                             m.next = "PLD_REQ"
 
             # ---- PLD ---------------------------------------------------------------------------
-            with m.State("PLD_REQ"):
+            with m.State("PLD_REQ"):          # the copy itself runs in the background (the PRF writer)
                 m.d.comb += [in_pos.eq(1), mac.r_cmd.valid.eq(1), mac.r_cmd.payload.start.eq(dq[0]),
                              mac.r_cmd.payload.count.eq(op.nbeats)]
                 with m.If(mac.r_cmd.ready):
-                    m.next = "PLD_WAIT"
-            with m.State("PLD_WAIT"):
-                m.d.comb += [in_pos.eq(1), mac.r_data.ready.eq(1)]
-                for k in range(2):
-                    m.d.comb += [prf[k].w_en.eq(mac.r_data.valid & (op.prf == k)), prf[k].w_addr.eq(col_cnt),
-                                 prf[k].w_data.eq(mac.r_data.payload.data.as_value()), prf[k].w_strb.eq(-1)]
-                with m.If(mac.r_data.valid):
-                    m.d.sync += col_cnt.eq(col_cnt + 1)
-                    with m.If(mac.r_data.payload.last):
-                        advance()
+                    m.d.sync += [pld_busy.eq(1), pld_prf.eq(op.prf), pld_cnt.eq(0)]
+                    advance()
 
             # ---- EMB ---------------------------------------------------------------------------
             with m.State("EMB_TOK"):
