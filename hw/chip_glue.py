@@ -33,7 +33,7 @@ def feed_layout(max_n: int) -> StructLayout:
     return StructLayout({
         "data": ArrayLayout(signed(X.bits), MAX_SRCS),
         "pa": unsigned(4 * PARAM_BITS),          # PRF a: one int16, or conv_k (<= 4) int16 taps
-        "pb": unsigned(PARAM_BITS),
+        "pb": unsigned(2 * PARAM_BITS),          # PRF b: one int16, or two (two lanes)
         "idx": unsigned(max(1, (max_n - 1).bit_length())),
         "final": unsigned(1),                    # last transfer of the feed
     })
@@ -67,9 +67,11 @@ class ElemFeeder(wiring.Component):
     ``interleave = 1`` reads each source's VRF word once per ``LANES`` elements into a word register
     (``word_srcs`` of them: the most sources an interleaved op has), so an interleaved feed of ``ns``
     sources takes ``n + (ns − 1)·⌈n / LANES⌉`` cycles: ``ns`` reads at the first element of each word,
-    one cycle for every other element. Sequential feeds read one element per cycle, or with ``wide``
-    (one source, n a multiple of ``lanes``) ``lanes`` consecutive elements per transfer in ``data[0 ..
-    lanes − 1]`` (``pa`` then holds the PRF a entries of all of them in LIN mode).
+    one cycle for every other element. Sequential feeds read one element per cycle. With
+    ``lanes_log2`` = lg (K = 2^lg ≤ ``lanes``, n a multiple of K) a transfer carries K consecutive
+    elements i .. i + K − 1 of every source: ``data[k·K + j]`` = source k, element i + j (so ns·K ≤ 4),
+    ``pa`` and ``pb`` the PRF a / b entries from element i on (LIN mode), and the feed takes n/K
+    cycles (+ (ns − 1)·⌈n/16⌉ interleaved).
     """
 
     def __init__(self, *, slot_bits: int, slot_words: int, vrf_abits: int, prf_width: int, prf_abits: int,
@@ -83,7 +85,7 @@ class ElemFeeder(wiring.Component):
         self.slot_words, self.prf_width, self.max_n, self.dh, self.conv_k = slot_words, prf_width, max_n, dh, conv_k
         if lanes not in (1, 2, 4):
             self._MustUse__silence = True
-            raise ValueError(f"ElemFeeder: lanes must be 1, 2 or 4 (the PRF a entries of one transfer), got {lanes}")
+            raise ValueError(f"ElemFeeder: lanes must be 1, 2 or 4 (the data entries of one transfer), got {lanes}")
         self.word_srcs, self.lanes = word_srcs, lanes
         super().__init__({
             "start": In(1),
@@ -91,7 +93,7 @@ class ElemFeeder(wiring.Component):
             "ns": In(range(MAX_SRCS + 1)),
             "n": In(range(max_n + 1)),
             "interleave": In(1),
-            "wide": In(1),
+            "lanes_log2": In(range(_log2(lanes) + 1)),
             "pa_mode": In(2),
             "pb_mode": In(1),
             "busy": Out(1),
@@ -126,22 +128,28 @@ class ElemFeeder(wiring.Component):
         m.d.comb += [reads.eq(~self.interleave | word_start),
                      pushes.eq(~self.interleave | ~word_start | (s == self.ns - 1))]
         K = self.lanes
-        lane_val = Signal(signed(X.bits))
-        m.d.comb += lane_val.eq(self.vrf_rdata.word_select(t_lane, X.bits).as_signed())
-        group = self.vrf_rdata.word_select(t_lane[_log2(K):], K * X.bits)     # wide: lanes t_lane ..
+        vals: dict = {}
+
+        def src_val(k: int, j: int):
+            """Element t_lane + j of source k: the word being read (source k read now), else its register."""
+            if (k, j) not in vals:
+                lane = t_lane | j                     # t_lane is a multiple of the transfer's lanes
+                read = self.vrf_rdata.word_select(lane, X.bits).as_signed()
+                if k < self.word_srcs:
+                    hit = (t_s == k) & t_read | ~self.interleave if k == 0 else (t_s == k) & t_read
+                    vals[k, j] = Mux(hit, read, words[k].word_select(lane, X.bits).as_signed())
+                else:
+                    vals[k, j] = read if k == 0 else Const(0, signed(X.bits))
+            return vals[k, j]
+
         pdata = Signal(lay)
-        for k in range(MAX_SRCS):
-            if k < self.word_srcs:
-                kept = words[k].word_select(t_lane, X.bits).as_signed()
-                hit = (t_s == k) & t_read | ~self.interleave if k == 0 else (t_s == k) & t_read
-                val = Mux(hit, lane_val, kept)
-            else:
-                val = lane_val if k == 0 else Const(0, signed(X.bits))
-            if 0 < k < K:
-                val = Mux(self.wide, group.word_select(k, X.bits).as_signed(), val)
-            m.d.comb += pdata.data[k].eq(val)
+        for d in range(MAX_SRCS):                     # data[k·lanes + j] = source k, element i + j
+            with m.Switch(self.lanes_log2):
+                for lg in range(_log2(K) + 1):
+                    with m.Case(lg):
+                        m.d.comb += pdata.data[d].eq(src_val(d >> lg, d & ((1 << lg) - 1)))
         m.d.comb += [pdata.pa.eq((self.pa_rdata >> (t_pa * 8))[:4 * PARAM_BITS]),
-                     pdata.pb.eq((self.pb_rdata >> (t_pb * 8))[:PARAM_BITS]),
+                     pdata.pb.eq((self.pb_rdata >> (t_pb * 8))[:2 * PARAM_BITS]),
                      pdata.idx.eq(t_i), pdata.final.eq(t_final)]
         q = _Queue2(m, self.o, lay, t_valid & t_push, pdata, t_valid & t_push)
         with m.If(t_valid & t_read & self.interleave):
@@ -155,7 +163,7 @@ class ElemFeeder(wiring.Component):
         last_i = Signal()
         last_s = Signal()
         step = Signal(range(K + 1))
-        m.d.comb += [step.eq(Mux(self.wide, K, 1)), last_i.eq(i == self.n - step), last_s.eq(s == self.ns - 1)]
+        m.d.comb += [step.eq(1 << self.lanes_log2), last_i.eq(i == self.n - step), last_s.eq(s == self.ns - 1)]
         slot = Signal.like(self.srcs[0])
         m.d.comb += slot.eq(self.srcs[s[:2]])
         pa_byte = Signal(range(self.max_n * 2 * max(4, self.conv_k) + 1))
@@ -183,7 +191,7 @@ class ElemFeeder(wiring.Component):
                          t_final.eq(final)]
             with m.If(self.interleave):
                 with m.If(last_s | ~word_start):
-                    m.d.sync += [s.eq(0), i.eq(i + 1)]
+                    m.d.sync += [s.eq(0), i.eq(i + step)]
                 with m.Else():
                     m.d.sync += s.eq(s + 1)
             with m.Else():

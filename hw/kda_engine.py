@@ -54,7 +54,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.data import ArrayLayout, StructLayout
 from amaranth.lib.wiring import In, Out
 
-from hw.lut_unit import ApplyMant, KdaDecay, Rsqrt, Sigmoid, clamp, delay, round_shift_const
+from hw.lut_unit import ApplyMant, KdaDecay, Rsqrt, Sigmoid, clamp, delay, port_of, round_shift_const
 from hw.params import int_in, pow2_at_least, require_instance
 from nano_k3 import fxp_math
 from nano_k3.config import L2_EPS, RMS_EPS
@@ -155,13 +155,14 @@ class KdaEngine(wiring.Component):
     # output pipeline: ApplyMant, gain product, rounded, x sigmoid(z), output register
     O_LAT = ApplyMant.LATENCY + 4
 
-    def __init__(self, params: KdaParams, *, rom_dir: str = ROM_DIR):
+    def __init__(self, params: KdaParams, *, rom_dir: str = ROM_DIR, roms=None):
+        """``roms``: shared-ROM ports by table name (``hw.lut_unit.shared_rom``), else each LUT owns its ROM."""
         require_instance(self, params, KdaParams)
         if S.frac < X.frac:
             self._MustUse__silence = True
             raise ValueError(f"S.frac={S.frac} < X.frac={X.frac}: v cannot be aligned to S by a left shift")
         self.params = p = params
-        self.rom_dir = rom_dir
+        self.rom_dir, self.roms = rom_dir, roms
         dh = p.dh
         self.lg_dh = lg = dh.bit_length() - 1
         # sums of squares are exact, then rounded once to SQ_FRAC (fxp_math.sum_squares), plus eps
@@ -231,7 +232,7 @@ class KdaEngine(wiring.Component):
         gt = sram("kda_gate_sram", Pw, gt_w)                          # sigmoid(z), w (output pipeline)
 
         # ---- shared units -----------------------------------------------------------------------
-        m.submodules.sigmoid = sig = Sigmoid(rom_dir=self.rom_dir)
+        m.submodules.sigmoid = sig = Sigmoid(rom_dir=self.rom_dir, port=port_of(self.roms, "sigmoid"))
         m.submodules.decay = dec = KdaDecay(rom_dir=self.rom_dir)
         m.submodules.rsqrt = rsq = self.rsqrt
         m.submodules.apply_k = apk = self.apply_k

@@ -179,21 +179,23 @@ class RomPort:
     data: Signal
 
 
-def shared_rom(m: Module, table: str, rom_dir: str = "roms") -> tuple[RomPort, RomPort]:
-    """Add one msh_rom of LUT ``table`` to ``m`` (as submodule ``<table>_rom``); returns its two read ports."""
+def shared_rom(m: Module, table: str, rom_dir: str, name: str) -> tuple[RomPort, RomPort]:
+    """Add one msh_rom of LUT ``table`` to ``m`` as submodule ``name``; returns its two read ports."""
     t = luts.tables()[table]
-    ports = tuple(RomPort(table, Signal(t.index_bits, name=f"{table}_raddr{k + 1}"),
-                          Signal(t.width, name=f"{table}_rdata{k + 1}")) for k in range(2))
-    m.submodules[f"{table}_rom"] = Instance(
+    ports = tuple(RomPort(table, Signal(t.index_bits, name=f"{name}_raddr{k + 1}"),
+                          Signal(t.width, name=f"{name}_rdata{k + 1}")) for k in range(2))
+    m.submodules[name] = Instance(
         "msh_rom", p_DEPTH=t.depth, p_WIDTH=t.width, p_ADDRW=t.index_bits,
         p_INIT_FILE=f"{rom_dir.rstrip('/')}/{table}.hex",
         i_raddr1=ports[0].addr, o_rdata1=ports[0].data, i_raddr2=ports[1].addr, o_rdata2=ports[1].data)
     return ports
 
 
-def port_of(roms, table: str) -> RomPort | None:
-    """The shared-ROM port for ``table`` in an engine's ``roms`` mapping (None: the unit owns its ROM)."""
-    return None if roms is None else roms.get(table)
+def port_of(roms, table: str, k: int = 0) -> RomPort | None:
+    """The ``k``-th shared-ROM port for ``table`` in an engine's ``roms`` mapping (table -> tuple of
+    ports, one per LUT unit of that table); None: the unit owns its ROM."""
+    ports = () if roms is None else roms.get(table, ())
+    return ports[k] if k < len(ports) else None
 
 
 class LutEval(FixedPipe):

@@ -69,6 +69,7 @@ class ChipParams:
     mem_max_inflight: int = 64  # memory engine: reads in flight (covers base 24 + jitter 12 at 1 beat/cycle)
     mem_len_bits: int = 24      # memory engine: bits of a read range's byte length
     norm_lanes: int = 4         # RMSNorm elements per cycle (hw.norm_unit lanes; 1, 2 or 4)
+    ew_lanes: int = 2           # element-wise (ADD, SwiGLU) elements per cycle (hw.vector_unit; 1 or 2)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.isidentifier():
@@ -85,6 +86,9 @@ class ChipParams:
         int_in("mem_len_bits", self.mem_len_bits, 8, 32)
         if self.norm_lanes not in (1, 2, 4):
             raise ValueError(f"norm_lanes must be 1, 2 or 4, got {self.norm_lanes!r}")
+        if self.ew_lanes not in (1, 2):
+            raise ValueError(f"ew_lanes must be 1 or 2 (two sources of two elements fill a feed transfer), "
+                             f"got {self.ew_lanes!r}")
         if self.max_fan_in % 2:
             raise ValueError(f"max_fan_in must be even (two int4 rows per byte), got {self.max_fan_in}")
         if (isinstance(self.clock_ns, bool) or not isinstance(self.clock_ns, (int, float))

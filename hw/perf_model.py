@@ -17,8 +17,9 @@ Engine formulas used (no stalls):
           results, throttled by its logits writer: 4 write beats per 16-lane chunk, one per cycle.
 * RMS     ``n/K + NormUnit.GAP + n/K − 1`` (two passes of K = ``norm_lanes`` elements a cycle, hw/norm_unit.py)
 * MIX     ``ResMixer.latency(candidates, d)`` + the interleaved feed's word reads (as EW)
-* EW      ``n + (ns − 1)·⌈n/16⌉ + Elementwise.LATENCY``; COMB the same with ``Combine.LATENCY``
-          (``ns`` sources side by side: the ElemFeeder reads each source's word once per 16 elements)
+* EW      ``n/K + (ns − 1)·⌈n/16⌉ + Elementwise.LATENCY`` (K = ``ew_lanes`` elements a cycle); COMB the
+          same with K = 1 and ``Combine.LATENCY`` (``ns`` sources side by side: the ElemFeeder reads each
+          source's word once per 16 elements)
 * ROUTE   ``MoeRouter.latency(E) + top_k − 1``
 * KDA     one element a cycle (``n``); the last segment adds the engine's drain (``KDA_DRAIN``)
 * MLA     the feed segments one word a cycle; the last adds ``MlaParams.cycles(t)`` minus its load
@@ -31,7 +32,7 @@ The sequencer overheads (``SEQ``) and the two engine constants without a formula
 (``KDA_DRAIN`` from hw/kda_engine.py's docstring, ``MAC_INPUT_PASS``) were measured from the RTL with
 verification/phase_monitor.py on nano-g128-s48-long (``python -m verification.bench``), documented
 where they are defined. With them every op of nano-g128-s48-long is predicted to the cycle (the run
-to 1 cycle in 234,553: the load phase's read latency is jitter); nano-g64-s64-long, not used for
+to 1 cycle in 225,337: the load phase's read latency is jitter); nano-g64-s64-long, not used for
 fitting, checks them (other group → other issue cycles, longer MLA cache).
 
 Load phase: header (256 B), descriptor table, tensor block and token ids, each one read request
@@ -73,12 +74,13 @@ class ChipPerfParams:
     out_lanes: int = 16          # MAC results per output transfer (= VRF word)
     scale_lanes: int = 16        # MAC s·d multipliers: columns scaled per cycle (MacArrayParams.scale_lanes)
     norm_lanes: int = 4          # RMSNorm elements per cycle (hw.params.ChipParams.norm_lanes)
+    ew_lanes: int = 2            # element-wise elements per cycle (hw.params.ChipParams.ew_lanes)
     mem_base: int = 24           # SPEC §3 read latency (long profile): base + uniform [0, jitter]
     mem_jitter: int = 12
     clock_hz: float = 100e6
 
     def __post_init__(self) -> None:
-        for k in ("mac_lanes", "banks", "out_lanes", "scale_lanes", "norm_lanes"):
+        for k in ("mac_lanes", "banks", "out_lanes", "scale_lanes", "norm_lanes", "ew_lanes"):
             v = getattr(self, k)
             if not isinstance(v, int) or v < 1 or v & (v - 1):
                 raise ValueError(f"{k} must be a power of two >= 1, got {v!r}")
@@ -101,7 +103,7 @@ class SeqOverheads:
     mac_next: int = 1            # the MAC array takes the next command issue + 1 cycles after the last one
     mac_lock: int = 2            # its store read port is free (PLD reads) issue + 2 cycles after a command
     pld_read: int = 1            # a PLD's first store read: the cycle after its command (port free)
-    pld_write: int = 3           # its last beat is in the PRF (readers may start) this many cycles after its last store read
+    pld_write: int = 3           # readers may start this many cycles after its last store read
     mv_done: int = 1             # the last result is written; the queue is empty one cycle later
     act_cmd: int = 1             # an MV started while the array issues: its convert pass (one transfer a
                                  # word) waits for the array, its command 1 cycle after the last word
@@ -240,7 +242,8 @@ class PerfModel:
         if op.opc == Opc.MIX:
             return s.elem + self.mix_cycles(len(op.srcs), op.n) + (len(op.srcs) - 1) * -(-op.n // LANES)
         if op.opc in (Opc.EW, Opc.COMB):     # interleaved feed: ns word reads per 16 elements
-            feed = op.n + (len(op.srcs) - 1) * -(-op.n // LANES)
+            lanes = self.hw.ew_lanes if op.opc == Opc.EW else 1
+            feed = op.n // lanes + (len(op.srcs) - 1) * -(-op.n // LANES)
             return s.elem + feed + (EW_LATENCY if op.opc == Opc.EW else COMB_LATENCY)
         if op.opc == Opc.ROUTE:
             return s.elem + s.route + self.router_cycles()
@@ -349,4 +352,4 @@ def _tiny_hw() -> ChipPerfParams:
     mp = mac_array_params_for(chip_preset("tiny"))
     chip = chip_preset("tiny")
     return ChipPerfParams(mac_lanes=mp.lanes, banks=mp.store.banks, scale_lanes=mp.scale_lanes,
-                          norm_lanes=chip.norm_lanes)
+                          norm_lanes=chip.norm_lanes, ew_lanes=chip.ew_lanes)

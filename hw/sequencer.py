@@ -16,7 +16,7 @@ Block diagram (everything below ``ChipCore``; hw/chip_top.py only renames ports 
                                                     MoeRouter (experts, weights → registers) | Combine
       MacArray's weight store ◄── tensor block (load phase); its stream reader fills PRF a/b (PLD) and
       serves the embedding row (EMB).
-      LUT ROMs (``SHARED_TABLES``): one msh_rom per table serves two engines, a read port each.
+      LUT ROMs (``SHARED_ROMS``): one msh_rom serves two LUT units of its table, a read port each.
 
 The build serves exactly one model configuration (the micro-program is generated for it): the
 header's dimensions, layer bitmap, record count and logits stride must equal the build's; the group
@@ -57,10 +57,10 @@ from nano_k3.image import FORMAT_VERSION, MAGIC, STATUS_DONE, logits_stride
 from nano_k3.tensors import record_names
 
 RSP_DONE = 0x0000D0DE
-# LUT tables whose msh_rom two engines share (port 1, port 2): the engines never need more than one lookup
-# of a table per cycle each, so each gets a read port of its own
-SHARED_TABLES = {"sigmoid": ("router", "ew"), "rsqrt": ("norm", "mixer"), "recip": ("router", "mixer"),
-                 "exp2": ("mla", "mixer")}
+# LUT ROMs that two LUT units share (table, unit on port 1, unit on port 2), each unit a read port of its
+# own; the element-wise unit's SiLU lanes take the sigmoid ports in this order
+SHARED_ROMS = (("sigmoid", "router", "ew"), ("sigmoid", "kda", "ew"), ("rsqrt", "norm", "mixer"),
+               ("recip", "router", "mixer"), ("exp2", "mla", "mixer"))
 MV_QUEUE = 4               # matvecs issued and not yet written back (the MAC array returns them in order)
 CMD_RUN = 0x00000001
 STATUS_BAD = 0xBAD00000
@@ -134,21 +134,24 @@ class ChipCore(wiring.Component):
         mac = m.submodules.mac = MacArray(mp)
         minp = m.submodules.mac_input = MacInput(mac.act.payload.shape(), lanes=L, max_n=max_n)
         # LUT ROMs shared by two engines that use the same table (one msh_rom, a read port each)
-        shared = {t: shared_rom(m, t, b.rom_dir) for t in SHARED_TABLES}
-        roms = {eng: {t: ports[SHARED_TABLES[t].index(eng)] for t, ports in shared.items() if eng in SHARED_TABLES[t]}
-                for eng in ("norm", "mixer", "ew", "router", "mla")}
+        roms: dict = {}                       # engine -> {table: (its ports, in SHARED_ROMS order)}
+        for k, (table, *units) in enumerate(SHARED_ROMS):
+            for unit, port in zip(units, shared_rom(m, table, b.rom_dir, f"{table}{k}_rom")):
+                roms.setdefault(unit, {}).setdefault(table, ())
+                roms[unit][table] += (port,)
         NL = chip.norm_lanes
         norm = m.submodules.norm = NormUnit(NormParams(max_len=max_n, rom_dir=b.rom_dir, lanes=NL, l2=False),
                                             roms=roms["norm"])
         max_cands = max(len(o.srcs) for o in prog.ops if o.opc == Opc.MIX)
         mixer = m.submodules.mixer = ResMixer(ResMixerParams(max_cands=max_cands, max_d=_pow2(cfg.d_model), trace_e=False,
                                                              rom_dir=b.rom_dir), roms=roms["mixer"])
-        ew = m.submodules.ew = Streamed(Elementwise(rom_dir=b.rom_dir, roms=roms["ew"]))
+        EL = chip.ew_lanes
+        ew = m.submodules.ew = Streamed(Elementwise(lanes=EL, rom_dir=b.rom_dir, roms=roms["ew"]))
         router = m.submodules.router = MoeRouter(MoeRouterParams(max_experts=max(2, cfg.n_experts),
                                                                  max_top_k=cfg.top_k), rom_dir=b.rom_dir,
                                                  roms=roms["router"])
         kp = KdaParams(heads=cfg.kda_heads, dh=cfg.kda_dh, conv_k=cfg.conv_k, max_layers=max(2, cfg.n_kda_layers))
-        kda = m.submodules.kda = KdaEngine(kp)
+        kda = m.submodules.kda = KdaEngine(kp, rom_dir=b.rom_dir, roms=roms["kda"])
         mla = m.submodules.mla = MlaEngine(MlaParams(max_heads=cfg.mla_heads, max_dk=cfg.mla_dk, max_dr=cfg.mla_dr,
                                                      max_dv=cfg.mla_dv, max_seq=cfg.max_seq, lanes=L),
                                            rom_dir=b.rom_dir, roms=roms["mla"])
@@ -240,7 +243,7 @@ class ChipCore(wiring.Component):
                                                    prf_width=prf_w, prf_abits=prf[0].abits, max_n=max_n,
                                                    dh=cfg.kda_dh, conv_k=cfg.conv_k,
                                                    word_srcs=max(len(o.srcs) for o in prog.ops
-                                                                 if o.opc in INTERLEAVED), lanes=NL)
+                                                                 if o.opc in INTERLEAVED), lanes=max(NL, EL))
         wf = m.submodules.word_feeder = WordFeeder(slot_bits=sb, slot_words=SW, vrf_abits=vrf.abits)
         for k in range(4):
             m.d.comb += ef.srcs[k].eq(getattr(op, f"s{k}"))
@@ -261,7 +264,8 @@ class ChipCore(wiring.Component):
             *[mixer.i.payload.data[k].eq(fo.payload.data[k]) for k in range(max_cands)],
             mixer.i.payload.n.eq(op.ns), mixer.i.payload.last.eq(fo.payload.final),
             mixer.w.payload.eq(fo.payload.pa[:16]), mixer.proj.payload.eq(fo.payload.pb),
-            ew.i.payload.op.eq(op.ewop), ew.i.payload.a.eq(fo.payload.data[0]), ew.i.payload.b.eq(fo.payload.data[1]),
+            ew.i.payload.op.eq(op.ewop), *[ew.i.payload.a[k].eq(fo.payload.data[k]) for k in range(EL)],
+            *[ew.i.payload.b[k].eq(fo.payload.data[EL + k]) for k in range(EL)],
             router.i.payload.logit.eq(fo.payload.data[0]), router.i.payload.bias.eq(fo.payload.pa[:16]),
             router.i.payload.top_k.eq(cfg.top_k), router.i.payload.last.eq(fo.payload.final),
             comb.i.payload.eq(fo.payload),
@@ -303,32 +307,26 @@ class ChipCore(wiring.Component):
         col_cnt = Signal(range(max_n * 8 + 1))
         col_target = Signal.like(col_cnt)
         col_done = Signal()
-        # element results: one per cycle, NL per cycle from the norm unit (RMS)
-        e_valid, e_data = Signal(), Signal(signed(X.bits))
-        e_wide = is_op(Opc.RMS)
+        # element results: per op, the unit's output stream and the elements of one transfer
+        results = {Opc.RMS: (norm.o, [norm.o.payload.y[k] for k in range(NL)]),
+                   Opc.MIX: (mixer.o, [mixer.o.payload.data]),
+                   Opc.EW: (ew.o, [ew.o.payload.y[k] for k in range(EL)]),
+                   Opc.COMB: (comb.o, [comb.o.payload]),
+                   Opc.KDA: (kda.o, [kda.o.payload.data])}
+        e_valid, e_step = Signal(), Signal(range(L + 1))
+        e_word, e_mask = Signal(L * X.bits), Signal(4 * L)       # the transfer repeated over the word
         with m.Switch(op.opc):
-            with m.Case(Opc.RMS):
-                m.d.comb += [e_valid.eq(norm.o.valid), e_data.eq(norm.o.payload.y[0]), norm.o.ready.eq(1)]
-            with m.Case(Opc.MIX):
-                m.d.comb += [e_valid.eq(mixer.o.valid), e_data.eq(mixer.o.payload.data), mixer.o.ready.eq(1)]
-            with m.Case(Opc.EW):
-                m.d.comb += [e_valid.eq(ew.o.valid), e_data.eq(ew.o.payload.y), ew.o.ready.eq(1)]
-            with m.Case(Opc.COMB):
-                m.d.comb += [e_valid.eq(comb.o.valid), e_data.eq(comb.o.payload), comb.o.ready.eq(1)]
-            with m.Case(Opc.KDA):
-                m.d.comb += [e_valid.eq(kda.o.valid), e_data.eq(kda.o.payload.data), kda.o.ready.eq(1)]
+            for opc, (port, vals) in results.items():
+                with m.Case(opc):
+                    m.d.comb += [e_valid.eq(port.valid), port.ready.eq(1), e_step.eq(len(vals)),
+                                 e_word.eq(Cat(*vals * (L // len(vals)))), e_mask.eq((1 << 4 * len(vals)) - 1)]
         dst_base = Signal(vrf.abits)
         m.d.comb += dst_base.eq(op.dst * SW)
-        word_valid = Signal()
         emb_we = Signal()
         emb_word = Signal(L * X.bits)
-        e_step = Mux(e_wide, NL, 1)
         with m.If(e_valid):
-            m.d.comb += [vrf.w_en.eq(1), vrf.w_addr.eq(dst_base + (col_cnt >> _log2(L))),
-                         vrf.w_data.eq(Mux(e_wide, Cat(*[norm.o.payload.y[k] for k in range(NL)] * (L // NL)),
-                                           Cat(*[e_data] * L))),
-                         vrf.w_strb.eq(Mux(e_wide, Const((1 << 4 * NL) - 1, L * 4), Const(0xF, L * 4))
-                                       << (col_cnt[:_log2(L)] * 4))]
+            m.d.comb += [vrf.w_en.eq(1), vrf.w_addr.eq(dst_base + (col_cnt >> _log2(L))), vrf.w_data.eq(e_word),
+                         vrf.w_strb.eq(e_mask << (col_cnt[:_log2(L)] * 4))]
             m.d.sync += col_cnt.eq(col_cnt + e_step)
             with m.If(col_cnt + e_step == col_target):
                 m.d.sync += col_done.eq(1)
@@ -437,7 +435,7 @@ class ChipCore(wiring.Component):
         # ---- the control FSM ------------------------------------------------------------------------------
         start_ef, start_wf = Signal(), Signal()
         m.d.comb += [ef.start.eq(start_ef), wf.start.eq(start_wf), ef.interleave.eq(Cat(*[is_op(c) for c in INTERLEAVED]).any()),
-                     ef.wide.eq(is_op(Opc.RMS))]
+                     ef.lanes_log2.eq(Mux(is_op(Opc.RMS), _log2(NL), Mux(is_op(Opc.EW), _log2(EL), 0)))]
         mac_cmd = mac.i.payload
         fin_log2 = _log2_sig(m, op.fan_in)
         m.d.comb += [mac_cmd.q_beat.eq(dq[0]), mac_cmd.s_beat.eq(dq[1]), mac_cmd.z_beat.eq(dq[2]),

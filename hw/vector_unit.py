@@ -1,7 +1,7 @@
 """The vector unit: element-wise ops, the norm unit and the softmax-exponent unit behind stream ports.
 
-``Elementwise`` (a ``hw.lut_unit.FixedPipe``, LATENCY = Silu.LATENCY + 2 = 9 for every op, one element
-per enabled cycle; ``Streamed(Elementwise())`` gives stream ports):
+``Elementwise`` (a ``hw.lut_unit.FixedPipe``, LATENCY = Silu.LATENCY + 2 = 9 for every op, ``lanes``
+elements per enabled cycle, a SiLU each; ``Streamed(Elementwise())`` gives stream ports):
 
 =========  ======================================  ====================================
 op          operands                                result (X)
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from amaranth.hdl import Module, Mux, Signal, signed, unsigned
 from amaranth.lib import stream, wiring
-from amaranth.lib.data import StructLayout
+from amaranth.lib.data import ArrayLayout, StructLayout
 from amaranth.lib.wiring import In, Out
 
 from hw.params import require_instance
@@ -47,30 +47,37 @@ class Elementwise(FixedPipe):
 
     LATENCY = Silu.LATENCY + 2
 
-    def __init__(self, *, rom_dir: str = "roms", roms=None):
-        """``roms``: shared-ROM ports by table name (``hw.lut_unit.shared_rom``), else the SiLU owns its ROM."""
-        self.rom_dir, self.roms = rom_dir, roms
-        super().__init__(StructLayout({"op": unsigned(2), "a": signed(X.bits), "b": signed(X.bits)}),
-                         StructLayout({"y": signed(X.bits)}))
+    def __init__(self, *, lanes: int = 1, rom_dir: str = "roms", roms=None):
+        """``roms``: shared-ROM ports by table name (``hw.lut_unit.shared_rom``; lane k's SiLU takes the
+        k-th sigmoid port), else each SiLU owns its ROM."""
+        if lanes not in (1, 2, 4):
+            self._MustUse__silence = True
+            raise ValueError(f"Elementwise: lanes must be 1, 2 or 4, got {lanes!r}")
+        self.lanes, self.rom_dir, self.roms = lanes, rom_dir, roms
+        el = ArrayLayout(signed(X.bits), lanes)
+        super().__init__(StructLayout({"op": unsigned(2), "a": el, "b": el}), StructLayout({"y": el}))
 
     def elaborate(self, platform):
         m = Module()
         en = self.en
-        m.submodules.silu = silu = Silu(rom_dir=self.rom_dir, port=port_of(self.roms, "sigmoid"))
-        m.d.comb += [silu.en.eq(en), silu.i.x.eq(self.i.a)]
-        a = delay(m, en, self.i.a, Silu.LATENCY, "a")
-        b = delay(m, en, self.i.b, Silu.LATENCY, "b")
         op = delay(m, en, self.i.op, Silu.LATENCY, "op")
-        prod = Signal(signed(2 * X.bits))
-        total = Signal(signed(X.bits + 1))
         # one-hot op flags (yosys turns a compare with 0 into a multi-bit "!", which Verilator flags)
         is_add, is_mulp = Signal(), Signal()
         with m.If(en):
-            m.d.sync += [prod.eq(Mux(op == EwOp.SWIGLU, silu.o.y, a) * b), total.eq(a + b),
-                         is_add.eq(op == EwOp.ADD), is_mulp.eq(op == EwOp.MUL_P)]
-        res = Mux(is_add, total, Mux(is_mulp, round_shift_const(prod, P.frac), round_shift_const(prod, X.frac)))
-        with m.If(en):
-            m.d.sync += self.o.y.eq(clamp(res, X.lo, X.hi))
+            m.d.sync += [is_add.eq(op == EwOp.ADD), is_mulp.eq(op == EwOp.MUL_P)]
+        for k in range(self.lanes):
+            m.submodules[f"silu{k}" if self.lanes > 1 else "silu"] = silu = Silu(
+                rom_dir=self.rom_dir, port=port_of(self.roms, "sigmoid", k))
+            m.d.comb += [silu.en.eq(en), silu.i.x.eq(self.i.a[k])]
+            a = delay(m, en, self.i.a[k], Silu.LATENCY, f"a{k}")
+            b = delay(m, en, self.i.b[k], Silu.LATENCY, f"b{k}")
+            prod = Signal(signed(2 * X.bits), name=f"prod{k}")
+            total = Signal(signed(X.bits + 1), name=f"total{k}")
+            with m.If(en):
+                m.d.sync += [prod.eq(Mux(op == EwOp.SWIGLU, silu.o.y, a) * b), total.eq(a + b)]
+            res = Mux(is_add, total, Mux(is_mulp, round_shift_const(prod, P.frac), round_shift_const(prod, X.frac)))
+            with m.If(en):
+                m.d.sync += self.o.y[k].eq(clamp(res, X.lo, X.hi))
         self._valid_chain(m)
         return m
 
@@ -80,6 +87,7 @@ class VectorParams:
     norm: NormParams = field(default_factory=NormParams)
     softmax: SoftmaxParams = field(default_factory=SoftmaxParams)
     rom_dir: str = "roms"
+    ew_lanes: int = 1              # Elementwise lanes
 
     def __post_init__(self) -> None:
         if not isinstance(self.norm, NormParams) or not isinstance(self.softmax, SoftmaxParams):
@@ -92,7 +100,7 @@ class VectorUnit(wiring.Component):
     def __init__(self, params: VectorParams = VectorParams()):
         require_instance(self, params, VectorParams)
         self.params = params
-        self.ew = Streamed(Elementwise(rom_dir=params.rom_dir))
+        self.ew = Streamed(Elementwise(lanes=params.ew_lanes, rom_dir=params.rom_dir))
         self.norm = NormUnit(params.norm)
         self.softmax = SoftmaxExp(params.softmax)
         members = {}
@@ -116,13 +124,13 @@ def vector_unit_block(chip_params) -> VectorUnit:
 
 
 def _params(chip_params) -> VectorParams:
-    """The chip's norm-unit lanes (hw.params.ChipParams.norm_lanes), with the L2 datapath."""
-    return VectorParams(norm=NormParams(lanes=chip_params.norm_lanes))
+    """The chip's norm-unit and element-wise lanes (hw.params.ChipParams), with the L2 datapath."""
+    return VectorParams(norm=NormParams(lanes=chip_params.norm_lanes), ew_lanes=chip_params.ew_lanes)
 
 
 def vector_unit_derived(chip_params) -> dict:
     p = _params(chip_params)
-    return {"ew_latency": Elementwise.LATENCY, "norm_gap": NormUnit.GAP, "softmax_gap": SoftmaxExp.GAP,
+    return {"ew_latency": Elementwise.LATENCY, "ew_lanes": p.ew_lanes, "norm_gap": NormUnit.GAP, "softmax_gap": SoftmaxExp.GAP,
             "norm": {"max_len": p.norm.max_len, "lanes": p.norm.lanes, "v_bits": p.norm.v_bits, "v_frac": p.norm.v_frac,
                      "rms_eps": p.norm.rms_eps, "l2_eps": p.norm.l2_eps},
             "softmax": {"max_len": p.softmax.max_len, "s_bits": p.softmax.s_bits, "s_frac": p.softmax.s_frac,

@@ -62,6 +62,15 @@ def ew_cases(rng: np.random.Generator, ops: dict, n: int) -> list[tuple[str, int
     return cases
 
 
+def ew_transfers(cases: list, lanes: int) -> list[tuple[int, list]]:
+    """Element-wise cases as input transfers: up to ``lanes`` cases of one op each (unused lanes are 0)."""
+    out = []
+    for op in dict.fromkeys(c[1] for c in cases):
+        same = [c for c in cases if c[1] == op]
+        out += [(op, same[k:k + lanes]) for k in range(0, len(same), lanes)]
+    return out
+
+
 def ew_expected(op_name: str, a: int, b: int) -> int:
     if op_name == "ADD":
         return int(X.fit(np.int64(a) + b, X.frac))
@@ -196,7 +205,10 @@ async def run_all(dut, n_cases: int, seed: int, edges_only: bool) -> None:
     smx = softmax_edges(smax) + ([] if edges_only else softmax_vectors(rng, smax, d["softmax"]["s_frac"], n_cases))
 
     fi = {k: _fields(cfg, f"{k}_i") for k in ports}
-    ew_words = [pack(fi["ew"], {"op": op, "a": a, "b": b}) for _, op, a, b in ew]
+    el = d["ew_lanes"]
+    ew_tr = ew_transfers(ew, el)
+    ew_words = [pack(fi["ew"], {"op": op, **{f"{x}.{j}": c[2 + (x == "b")] for j, c in enumerate(cases) for x in "ab"}})
+                for op, cases in ew_tr]
     norm_words = [norm_word(fi["norm"], nl, op, v[j:j + nl], w[j:j + nl], j + nl == len(v))
                   for _, op, v, w in norms for j in range(0, len(v), nl)]
     smx_words = [pack(fi["softmax"], {"s": int(s[j]), "last": int(j == len(s) - 1)}) for _, s in smx for j in range(len(s))]
@@ -214,12 +226,14 @@ async def run_all(dut, n_cases: int, seed: int, edges_only: bool) -> None:
     # element-wise
     fo = _fields(cfg, "ew_o")
     rx = list(ports["ew"].received)
-    if len(rx) != len(ew):
-        bad.append(f"ew: {len(ew)} inputs, {len(rx)} outputs")
-    for (tag, op, a, b), word in zip(ew, rx):
-        got, exp = unpack(fo, word, {"y"})["y"], ew_expected(names[op], a, b)
-        if got != exp:
-            bad.append(f"case ew {tag} index 0 (a={a}, b={b}): expected {exp} got {got}")
+    if len(rx) != len(ew_tr):
+        bad.append(f"ew: {len(ew_tr)} input transfers, {len(rx)} outputs")
+    for (op, cases), word in zip(ew_tr, rx):
+        out = unpack(fo, word, {f"y.{j}" for j in range(el)})
+        for j, (tag, _, a, b) in enumerate(cases):
+            got, exp = out[f"y.{j}"], ew_expected(names[op], a, b)
+            if got != exp:
+                bad.append(f"case ew {tag} lane {j} (a={a}, b={b}): expected {exp} got {got}")
     # vectors: outputs carry ``last``; check lengths and values
     for port, vecs, ref in (("norm", norms, lambda c: norm_expected(c[1], c[2], c[3])),
                             ("softmax", smx, lambda c: softmax_expected(c[1], d["softmax"]["s_frac"],
@@ -283,19 +297,21 @@ async def vector_latency(dut):
     await ports["norm"].wait(n // nl)
     await ports["softmax"].send([pack(fi["softmax"], {"s": int(v[j]), "last": int(j == n - 1)}) for j in range(n)])
     await ports["softmax"].wait(n)
-    await ports["ew"].send([pack(fi["ew"], {"op": 1, "a": int(v[j]), "b": 0}) for j in range(n)])
-    await ports["ew"].wait(n)
+    el = d["ew_lanes"]
+    await ports["ew"].send([pack(fi["ew"], {"op": 1, **{f"a.{k}": int(v[j + k]) for k in range(el)}})
+                            for j in range(0, n, el)])
+    await ports["ew"].wait(n // el)
     report = {}
     for name, p in ports.items():
         acc, out = p.driver.accept_cycles, p.output_cycles
-        t = n // nl if name == "norm" else n
+        t = n // {"norm": nl, "ew": el}.get(name, 1)
         assert acc[-1] - acc[0] + 1 == t and out[-1] - out[0] + 1 == t, f"{name}: not one transfer per cycle"
         report[name] = (out[0] - acc[-1], out[-1] - acc[0] + 1)
         dut._log.info("%s: first output %d cycles after the last input; %d-element vector in %d cycles",
                       name, out[0] - acc[-1], n, out[-1] - acc[0] + 1)
     assert report["norm"][0] == d["norm_gap"], f"norm gap {report['norm'][0]}, documented {d['norm_gap']}"
     assert report["softmax"][0] == d["softmax_gap"], f"softmax gap {report['softmax'][0]}, documented {d['softmax_gap']}"
-    assert report["ew"][1] == n + d["ew_latency"], report["ew"]
+    assert report["ew"][1] == n // el + d["ew_latency"], report["ew"]
 
 
 # ---- pytest runner --------------------------------------------------------------------------------------
