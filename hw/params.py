@@ -70,6 +70,7 @@ class ChipParams:
     mem_len_bits: int = 24      # memory engine: bits of a read range's byte length
     norm_lanes: int = 4         # RMSNorm elements per cycle (hw.norm_unit lanes; 1, 2 or 4)
     ew_lanes: int = 2           # element-wise (ADD, SwiGLU) elements per cycle (hw.vector_unit; 1 or 2)
+    mix_lanes: int = 2          # residual-mixer elements per cycle (hw.res_mixer; 1 or 2)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.isidentifier():
@@ -86,6 +87,8 @@ class ChipParams:
         int_in("mem_len_bits", self.mem_len_bits, 8, 32)
         if self.norm_lanes not in (1, 2, 4):
             raise ValueError(f"norm_lanes must be 1, 2 or 4, got {self.norm_lanes!r}")
+        if self.mix_lanes not in (1, 2):
+            raise ValueError(f"mix_lanes must be 1 or 2, got {self.mix_lanes!r}")
         if self.ew_lanes not in (1, 2):
             raise ValueError(f"ew_lanes must be 1 or 2 (two sources of two elements fill a feed transfer), "
                              f"got {self.ew_lanes!r}")
@@ -171,7 +174,7 @@ class ChipParams:
 PRESETS: dict[str, ChipParams] = {
     "nano": ChipParams(),
     # a narrow variant that simulates fast; same arithmetic, fewer lanes
-    "tiny": ChipParams(name="tiny", mac_lanes=4, max_fan_in=128),
+    "tiny": ChipParams(name="tiny", mac_lanes=4, max_fan_in=128, mix_lanes=1),   # tiny mixes up to 3 vectors
 }
 
 

@@ -16,7 +16,7 @@ Engine formulas used (no stalls):
           ``MacInput`` (scan, convert: ``words`` each) unless ``keep``. The LM head waits for its
           results, throttled by its logits writer: 4 write beats per 16-lane chunk, one per cycle.
 * RMS     ``n/K + NormUnit.GAP + n/K − 1`` (two passes of K = ``norm_lanes`` elements a cycle, hw/norm_unit.py)
-* MIX     ``ResMixer.latency(candidates, d)`` + the interleaved feed's word reads (as EW)
+* MIX     ``ResMixer.latency(candidates, d, mix_lanes)`` + the interleaved feed's word reads (as EW)
 * EW      ``n/K + (ns − 1)·⌈n/16⌉ + Elementwise.LATENCY`` (K = ``ew_lanes`` elements a cycle); COMB the
           same with K = 1 and ``Combine.LATENCY`` (``ns`` sources side by side: the ElemFeeder reads each
           source's word once per 16 elements)
@@ -32,7 +32,7 @@ The sequencer overheads (``SEQ``) and the two engine constants without a formula
 (``KDA_DRAIN`` from hw/kda_engine.py's docstring, ``MAC_INPUT_PASS``) were measured from the RTL with
 verification/phase_monitor.py on nano-g128-s48-long (``python -m verification.bench``), documented
 where they are defined. With them every op of nano-g128-s48-long is predicted to the cycle (the run
-to 1 cycle in 225,337: the load phase's read latency is jitter); nano-g64-s64-long, not used for
+to 1 cycle in 206,905: the load phase's read latency is jitter); nano-g64-s64-long, not used for
 fitting, checks them (other group → other issue cycles, longer MLA cache).
 
 Load phase: header (256 B), descriptor table, tensor block and token ids, each one read request
@@ -75,12 +75,13 @@ class ChipPerfParams:
     scale_lanes: int = 16        # MAC s·d multipliers: columns scaled per cycle (MacArrayParams.scale_lanes)
     norm_lanes: int = 4          # RMSNorm elements per cycle (hw.params.ChipParams.norm_lanes)
     ew_lanes: int = 2            # element-wise elements per cycle (hw.params.ChipParams.ew_lanes)
+    mix_lanes: int = 2           # residual-mixer elements per cycle (hw.params.ChipParams.mix_lanes)
     mem_base: int = 24           # SPEC §3 read latency (long profile): base + uniform [0, jitter]
     mem_jitter: int = 12
     clock_hz: float = 100e6
 
     def __post_init__(self) -> None:
-        for k in ("mac_lanes", "banks", "out_lanes", "scale_lanes", "norm_lanes", "ew_lanes"):
+        for k in ("mac_lanes", "banks", "out_lanes", "scale_lanes", "norm_lanes", "ew_lanes", "mix_lanes"):
             v = getattr(self, k)
             if not isinstance(v, int) or v < 1 or v & (v - 1):
                 raise ValueError(f"{k} must be a power of two >= 1, got {v!r}")
@@ -214,7 +215,7 @@ class PerfModel:
         return self.seq.mv + 1 + self.mv_feed(op) + max(mac, writes + self.seq.head)
 
     def mix_cycles(self, n_cands: int, d: int) -> int:
-        return ResMixer.latency(n_cands, d)
+        return ResMixer.latency(n_cands, d, self.hw.mix_lanes)
 
     def router_cycles(self) -> int:
         """First pair after MoeRouter.latency(E), the other top_k − 1 one a cycle."""
@@ -352,4 +353,4 @@ def _tiny_hw() -> ChipPerfParams:
     mp = mac_array_params_for(chip_preset("tiny"))
     chip = chip_preset("tiny")
     return ChipPerfParams(mac_lanes=mp.lanes, banks=mp.store.banks, scale_lanes=mp.scale_lanes,
-                          norm_lanes=chip.norm_lanes, ew_lanes=chip.ew_lanes)
+                          norm_lanes=chip.norm_lanes, ew_lanes=chip.ew_lanes, mix_lanes=chip.mix_lanes)

@@ -9,49 +9,54 @@ Arithmetic (formats in docs/fixed_point.md; every width is derived from ``nano_k
     e_k     = exp2_neg(max t − t_k)                 P (UQ1.23)
     mixed_j = apply_mant(round(Σ_k e_k c_kj, X.frac), recip(Σ e)) → X (saturate)
 
-Streams (all ``amaranth.lib.stream``):
-* ``i``   one element index of every candidate per transfer (``cand_layout``): ``data[k]`` (X) is
-  element j of candidate k, oldest first, the current vector is candidate n − 1; entries k >= n are
-  don't-care. ``n`` (1..max_cands) is read on the first transfer of a mix (hold it through the mix);
-  ``last`` marks element d − 1, the end of the mix. Transfers come in element order j = 0..d − 1 and
-  their count sets d (a power of two, 1..max_d; anything else is undefined).
-* ``w``, ``proj``  the norm offset (int16 Q2.13) and the score projection (int16 Q4.11) of element j:
-  both are joined with ``i`` on every transfer (element j of ``i``, ``w`` and ``proj`` transfer in
-  the same cycle; each stream's ready waits for the other two valids).
-* ``o``   the mixed vector, d X elements, ``last`` on the final one.
+Streams (all ``amaranth.lib.stream``); K = ``ResMixerParams.lanes`` consecutive element indices per
+transfer, a transfer starting at element index j (a multiple of K):
+* ``i``   K element indices of every candidate per transfer (``cand_layout``): ``data[k][l]`` (X) is
+  element j + l of candidate k, oldest first, the current vector is candidate n − 1; entries k >= n
+  are don't-care. ``n`` (1..max_cands) is read on the first transfer of a mix (hold it through the
+  mix); ``last`` marks the transfer of element d − 1, the end of the mix. Transfers come in element
+  order and their count sets d = K · transfers (d a power of two, K..max_d; anything else is undefined).
+* ``w``, ``proj``  K int16 each (``param_layout``): ``w[l]`` the norm offset (Q2.13) and ``proj[l]``
+  the score projection (Q4.11) of element j + l; both are joined with ``i`` on every transfer (the
+  three transfer in the same cycle; each stream's ready waits for the other two valids).
+* ``o``   the mixed vector, K X elements per transfer (``out_layout``: ``data[l]`` is element j + l),
+  d / K transfers, ``last`` on the final one.
 * ``e``   (only with ``trace_e``) the n unnormalised softmax weights e_k (P), ``last`` on the final one,
   for traces; it must be consumed (the next mix's score waits for it).
 
-Storage. One ``msh_sram`` of max_d words holds, at address j, element j of every candidate slot (each
-slot X.bits rounded up to whole bytes) plus w_j and proj_j, written in one access per transfer (all
-byte strobes). The score pass and the combine read all candidates of one element in one access, so
-both run at one element per cycle with max_cands lanes. nano (max_cands 4, max_d 64): 64 × 160 bits.
+Storage. One ``msh_sram`` of max_d / K words holds, at address a, K element groups (element
+K·a + l at group l); a group is element K·a + l of every candidate slot (each slot X.bits rounded up
+to whole bytes) plus its w and proj. A transfer writes one word (all byte strobes). The score pass
+and the combine read all candidates of K elements in one access, so both run at K elements per cycle
+with max_cands × K lanes. nano (max_cands 4, max_d 64): 64 × 160 bits at K = 1, 32 × 320 at K = 2.
 LUTs: ``hw.lut_unit`` Rsqrt, Exp2Neg, Recip, one of each (one msh_rom each, ``<rom_dir>/<table>.hex``).
 
-Lanes. Candidate k owns lane k: one ApplyMant, one × gain multiplier and one multiply-accumulate
-(X × X product, an accumulator of Σc² width). The three passes below never overlap, so each lane
-unit serves two of them: the MAC squares c_kj in the ingest and multiplies r_kj · proj_j in the score
-pass (its accumulator holds Σc²_k, then score_k); the ApplyMant forms c_kj × mant_k in the score
-pass and the exact product e_k · c_kj in the combine (exponent ``e_exact``: shift 0, no rounding).
-Everything per candidate but not per element (the + eps·d rounding, to_log2, max, Exp2Neg, Σe,
-Recip) runs one candidate per cycle on one shared unit.
+Lanes. Candidate k owns lane k: K ApplyMant, K × gain multipliers, K X × X multipliers and one
+accumulator of Σc² width (it adds the K products of a cycle). The three passes below never overlap,
+so each lane unit serves two of them: the multipliers square c_kj in the ingest and multiply
+r_kj · proj_j in the score pass (the accumulator holds Σc²_k, then score_k); the ApplyMant form
+c_kj × mant_k in the score pass and the exact product e_k · c_kj in the combine (exponent
+``e_exact``: shift 0, no rounding). The combine has K output ApplyMant (× recip). Everything per
+candidate but not per element (the + eps·d rounding, to_log2, max, Exp2Neg, Σe, Recip) runs one
+candidate per cycle on one shared Rsqrt / Exp2Neg / Recip.
 
 Schedule (one mix at a time):
-    ingest     one element index per cycle: SRAM write; per lane, c_kj | c_kj² | accumulate
+    ingest     K element indices per cycle: SRAM write; per lane, c_kj | K c_kj² | accumulate their sum
     rsqrt      per candidate, one per cycle: mux Σc²_k, + eps·d, round to SQ_FRAC (register) | Rsqrt
-    score      one pass, d SRAM reads (1/cycle), every lane in parallel:
-               ApplyMant(c_kj × mant_k, e_k) | × gain_j | round, saturate | × proj_j | accumulate
+    score      one pass, d / K SRAM reads (1/cycle), every lane and element in parallel:
+               ApplyMant(c_kj × mant_k, e_k) | × gain_j | round, saturate | × proj_j | accumulate Σ of K
     to_log2    per candidate, one per cycle: mux score_k, round, saturate | × log2 e (two 25-bit
                halves) | round → t_k | store, running max
     softmax    Exp2Neg of max t − t_k (one per cycle) and Σe | Recip
-    combine    d SRAM reads (1/cycle), every lane: ApplyMant(e_k × c_kj) | Σ_k, round to frac 16 |
+    combine    d / K SRAM reads (1/cycle), every lane: ApplyMant(e_k × c_kj) | Σ_k, round to frac 16 |
                ApplyMant(× recip mant, shift, saturate) → ``o``; a stall-able pipeline
                (``~o.valid | o.ready``).
 The next mix's ingest starts once the combine has read the last word (it overlaps the combine
 pipeline's drain and ``o``); its rsqrt waits until the previous mix's ``o`` and ``e`` are out.
-Latency (no stalls, ``ResMixer.latency``, checked by the test): the last ``o`` element leaves
-3·d + 3·n + 37 cycles after the first element was accepted (with the present lut_unit latencies);
-nano (d = 64): 235 cycles for n = 2, 232 for n = 1, 241 for n = 4.
+Latency (no stalls, ``ResMixer.latency``, checked by the test): the last ``o`` transfer leaves
+3·d/K + 3·n + 37 cycles after the first ``i`` transfer was accepted (with the present lut_unit
+latencies); nano (d = 64): K = 1: 235 cycles for n = 2, 232 for n = 1, 241 for n = 4; K = 2: 139 for
+n = 2, 136 for n = 1, 145 for n = 4.
 """
 from __future__ import annotations
 
@@ -84,6 +89,7 @@ class ResMixerParams:
 
     max_cands: int = 4         # snapshot lists grow with layers / res_block
     max_d: int = 64            # largest vector length (a power of two)
+    lanes: int = 1             # K: element indices per transfer and per cycle of every pass (1 or 2)
     trace_e: bool = True       # add the ``e`` output stream (softmax weights, for traces)
     rom_dir: str = "roms"      # where $readmemh finds the LUT hex files (see hw.lut_unit)
 
@@ -94,24 +100,41 @@ class ResMixerParams:
                 raise ValueError(f"{name} must be an integer in {lo}..{hi}, got {v!r}")
         if self.max_d & (self.max_d - 1):
             raise ValueError(f"max_d must be a power of two (RMSNorm divides by a shift), got {self.max_d}")
+        if self.lanes not in (1, 2) or isinstance(self.lanes, bool):
+            raise ValueError(f"lanes must be 1 or 2, got {self.lanes!r}")
+        if self.max_d < 2 * self.lanes:
+            raise ValueError(f"max_d must be at least 2 · lanes (the buffer holds at least two words), "
+                             f"got max_d {self.max_d} with lanes {self.lanes}")
         if not isinstance(self.trace_e, bool):
             raise ValueError(f"trace_e must be a bool, got {self.trace_e!r}")
         if not isinstance(self.rom_dir, str) or not self.rom_dir:
             raise ValueError(f"rom_dir must be a non-empty path string, got {self.rom_dir!r}")
 
 
-def cand_layout(max_cands: int) -> StructLayout:
-    """One element index of every candidate; ``n`` holds 1..max_cands."""
-    return StructLayout({"data": ArrayLayout(signed(X.bits), max_cands), "n": unsigned(max_cands.bit_length()),
-                         "last": unsigned(1)})
+def cand_layout(max_cands: int, lanes: int) -> StructLayout:
+    """K = lanes element indices of every candidate (``data[k][l]``); ``n`` holds 1..max_cands."""
+    return StructLayout({"data": ArrayLayout(ArrayLayout(signed(X.bits), lanes), max_cands),
+                         "n": unsigned(max_cands.bit_length()), "last": unsigned(1)})
 
 
-def out_layout() -> StructLayout:
-    return StructLayout({"data": signed(X.bits), "last": unsigned(1)})
+def param_layout(lanes: int) -> ArrayLayout:
+    """``w`` / ``proj``: one int16 per element index of the transfer."""
+    return ArrayLayout(signed(PARAM_BITS), lanes)
+
+
+def out_layout(lanes: int) -> StructLayout:
+    return StructLayout({"data": ArrayLayout(signed(X.bits), lanes), "last": unsigned(1)})
 
 
 def e_layout() -> StructLayout:
     return StructLayout({"data": unsigned(P.bits), "last": unsigned(1)})
+
+
+def sram_shape(params: ResMixerParams) -> tuple[int, int]:
+    """(words, bits per word) of the candidate buffer: max_d / K words of K element groups, a group
+    being max_cands X slots of whole bytes, then w and proj."""
+    group_bits = params.max_cands * 8 * -(-X.bits // 8) + 2 * PARAM_BITS
+    return params.max_d // params.lanes, params.lanes * group_bits
 
 
 STATES = {name: k + 1 for k, name in enumerate((
@@ -142,10 +165,13 @@ class ResMixer(wiring.Component):
         require_instance(self, params, ResMixerParams)
         self.params = p = params
         self.log2_max_d = p.max_d.bit_length() - 1
+        self.log2_lanes = p.lanes.bit_length() - 1
+        self.addr_bits = self.log2_max_d - self.log2_lanes      # buffer words: max_d / K
         xb, xf = X.bits, X.frac
-        # SRAM word: max_cands slots of whole bytes, then w and proj
+        # SRAM word: K element groups of max_cands slots of whole bytes, then w and proj
         self.slot_bits = 8 * -(-xb // 8)
-        self.word_bits = p.max_cands * self.slot_bits + 2 * PARAM_BITS
+        self.sram_words, self.word_bits = sram_shape(p)
+        self.group_bits = self.word_bits // p.lanes
         # Σc² exact (acc_bits), then rounded to SQ_FRAC with eps·d folded into the rounding constant:
         # round_shift(a, s) + eps = (a + 2^(s-1) + eps·2^s) >> s   (ss_bits, the Rsqrt input)
         self.eps = [fxp_math.eps_int(RMS_EPS * (1 << l), SQ_FRAC) for l in range(self.log2_max_d + 1)]
@@ -172,10 +198,10 @@ class ResMixer(wiring.Component):
         e_max = int(exp2.base.max())
         prod_sum = p.max_cands * e_max * (1 << (xb - 1))
         self.num_bits = signed_width(-prod_sum, prod_sum) - max(self.num_shift, 0) + 1
-        self.cnt_bits = self.log2_max_d + 1
+        self.cnt_bits = self.addr_bits + 1          # transfers / word reads of one mix: 1..max_d / K
         self.k_bits = max(1, (p.max_cands - 1).bit_length())
         # LUT-unit cores (constructed here so that their widths are known for the members): one Rsqrt,
-        # Exp2Neg and Recip shared by the candidates, one ApplyMant per lane
+        # Exp2Neg and Recip shared by the candidates, K ApplyMant per lane (lane_apply[k][l])
         self.rsqrt = Rsqrt(m_bits=self.ss_bits, frac_bits=self.frac_bits, rom_dir=p.rom_dir,
                            port=port_of(roms, "rsqrt"))
         self.exp2 = Exp2Neg(t_bits=T.bits, rom_dir=p.rom_dir, port=port_of(roms, "exp2"))   # max t − t_k
@@ -186,69 +212,79 @@ class ResMixer(wiring.Component):
         self.e_exact = xf + fxp_math.MANT_FRAC - xf
         if not self.rsqrt.e_range[0] <= self.e_exact <= self.rsqrt.e_range[1]:
             raise ValueError(f"e_exact {self.e_exact} lies outside the lane ApplyMant's e_range {self.rsqrt.e_range}")
-        self.lane_apply = [ApplyMant(v_bits=xb, v_frac=xf, out_frac=xf, out_bits=max(self.y_bits, prod_bits),
-                                     e_range=self.rsqrt.e_range,
-                                     mant_bits=max(luts.tables()["rsqrt"].base_bits, P.bits))
-                           for _ in range(p.max_cands)]
-        self.apply_o = ApplyMant(v_bits=self.num_bits, v_frac=NUM_FRAC, out_frac=xf, out_bits=xb,
-                                 e_range=self.recip.e_range, mant_bits=luts.tables()["recip"].base_bits)
+        self.lane_apply = [[ApplyMant(v_bits=xb, v_frac=xf, out_frac=xf, out_bits=max(self.y_bits, prod_bits),
+                                      e_range=self.rsqrt.e_range,
+                                      mant_bits=max(luts.tables()["rsqrt"].base_bits, P.bits))
+                            for _ in range(p.lanes)] for _ in range(p.max_cands)]
+        self.apply_o = [ApplyMant(v_bits=self.num_bits, v_frac=NUM_FRAC, out_frac=xf, out_bits=xb,
+                                  e_range=self.recip.e_range, mant_bits=luts.tables()["recip"].base_bits)
+                        for _ in range(p.lanes)]
         members = {
-            "i": In(stream.Signature(cand_layout(p.max_cands))),
-            "w": In(stream.Signature(signed(PARAM_BITS))),
-            "proj": In(stream.Signature(signed(PARAM_BITS))),
-            "o": Out(stream.Signature(out_layout())),
+            "i": In(stream.Signature(cand_layout(p.max_cands, p.lanes))),
+            "w": In(stream.Signature(param_layout(p.lanes))),
+            "proj": In(stream.Signature(param_layout(p.lanes))),
+            "o": Out(stream.Signature(out_layout(p.lanes))),
         }
         if p.trace_e:
             members["e"] = Out(stream.Signature(e_layout()))
         super().__init__(members)
 
     @staticmethod
-    def latency(n: int, d: int) -> int:
-        """Cycles from the first accepted element to the last ``o`` element, no idles, no back-pressure.
+    def latency(n: int, d: int, lanes: int = 1) -> int:
+        """Cycles from the first accepted ``i`` transfer to the last ``o`` transfer of a mix of n
+        candidates of d elements on a build with ``lanes`` = K, no idles, no back-pressure.
 
-        d ingest cycles and 3 to finish Σc²; n Rsqrt issues (after one register stage); d score reads,
-        the score pipeline (read, ApplyMant, × gain, round, × proj, accumulate) and one cycle to see
-        it done; n to_log2 issues and the to_log2 pipeline (round, × log2 e, round, store); n Exp2Neg
-        issues and one cycle to collect; Recip and one cycle to collect; d combine reads and the
-        combine pipeline (read, the lanes' ApplyMant e·c, ApplyMant × recip).
+        d / K words: d / K ingest cycles and 3 to finish Σc²; n Rsqrt issues (after one register
+        stage); d / K score reads, the score pipeline (read, ApplyMant, × gain, round, × proj, accumulate)
+        and one cycle to see it done; n to_log2 issues and the to_log2 pipeline (round, × log2 e,
+        round, store); n Exp2Neg issues and one cycle to collect; Recip and one cycle to collect;
+        d / K combine reads and the combine pipeline (read, the lanes' ApplyMant e·c, ApplyMant × recip).
         """
+        if lanes not in (1, 2) or d < lanes or d % lanes:
+            raise ValueError(f"d must be a positive multiple of lanes (1 or 2), got d {d!r}, lanes {lanes!r}")
+        words = d // lanes
         lat_rs, lat_am, lat_ex, lat_rc = Rsqrt.LATENCY, ApplyMant.LATENCY, Exp2Neg.LATENCY, Recip.LATENCY
-        ingest = d + 3 + n + lat_rs                  # first score read
-        score = d + 5 + lat_am + n + 3               # score reads .. first Exp2Neg issue
+        ingest = words + 3 + n + lat_rs              # first score read
+        score = words + 5 + lat_am + n + 3           # score reads .. first Exp2Neg issue
         softmax = n + lat_ex + lat_rc + 1            # Exp2Neg issues .. first combine read
-        combine = d + 1 + 2 * lat_am                 # combine reads .. last o
+        combine = words + 1 + 2 * lat_am             # combine reads .. last o
         return ingest + score + softmax + combine
 
     def elaborate(self, platform):
         m = Module()
         p, xb = self.params, X.bits
-        L, kb_w, nc = self.log2_max_d, self.k_bits, p.max_cands
+        K, A, kb_w, nc = p.lanes, self.addr_bits, self.k_bits, p.max_cands
         m.submodules.rsqrt = rsqrt = self.rsqrt
         m.submodules.exp2 = exp2 = self.exp2
         m.submodules.recip = recip = self.recip
-        for k, am in enumerate(self.lane_apply):
-            m.submodules[f"lane_apply_{k}"] = am
-        m.submodules.apply_o = apply_o = self.apply_o
+        for k, ams in enumerate(self.lane_apply):
+            for l, am in enumerate(ams):
+                m.submodules[f"lane_apply_{k}_{l}"] = am
+        for l, am in enumerate(self.apply_o):
+            m.submodules[f"apply_o_{l}"] = am
 
-        # ---- candidate buffer -----------------------------------------------------------------
+        # ---- candidate buffer: word a holds element groups K·a .. K·a + K − 1 -------------------------
         we, re = Signal(), Signal()
-        waddr, raddr = Signal(L), Signal(L)
+        waddr, raddr = Signal(A), Signal(A)
         wdata, rdata = Signal(self.word_bits), Signal(self.word_bits)
         m.submodules.cand_sram = Instance(
-            "msh_sram", p_DEPTH=p.max_d, p_WIDTH=self.word_bits, p_ADDRW=L,
+            "msh_sram", p_DEPTH=self.sram_words, p_WIDTH=self.word_bits, p_ADDRW=A,
             i_clk=ClockSignal(), i_we=we, i_waddr=waddr, i_wdata=wdata,
             i_wstrb=Const((1 << (self.word_bits // 8)) - 1, self.word_bits // 8),
             i_re=re, i_raddr=raddr, o_rdata=rdata)
         param_lsb = nc * self.slot_bits
 
-        def slot(k):
-            return rdata.word_select(k, self.slot_bits)[:xb].as_signed()
+        def group(l):
+            return rdata.word_select(l, self.group_bits)
+
+        def slot(k, l):
+            return group(l).word_select(k, self.slot_bits)[:xb].as_signed()
 
         # ---- ingest -----------------------------------------------------------------------------
-        j_in = Signal(self.cnt_bits)        # element index being received
+        j_in = Signal(self.cnt_bits)        # transfer (word) being received
         n_in_m1 = Signal(kb_w)              # n - 1 of the mix being received
-        dm1 = Signal(L)                     # d - 1 of the current mix
-        log2d = Signal(range(L + 1))
+        dm1 = Signal(A)                     # d / K - 1 of the current mix
+        log2d = Signal(range(self.log2_max_d + 1))
         # round_shift(Σc², sq_shift) + eps·d = (Σc² + ss_const) >> sq_shift: one add (eps·2^s is a multiple of 2^s)
         sh = self.sq_shift
         ss_consts = [((1 << (sh - 1)) + (e << sh)) if sh > 0 else e for e in self.eps]
@@ -256,7 +292,7 @@ class ResMixer(wiring.Component):
         hold = Signal()                     # the mix is complete: wait until its combine read every word
         ss_ready = Signal()                 # every Σc² of the received mix is final, not yet taken
         a1_valid, a1_last, a2_valid, a2_last = Signal(), Signal(), Signal(), Signal()
-        a1_v = [Signal(signed(xb), name=f"a1_v_{k}") for k in range(nc)]
+        a1_v = [[Signal(signed(xb), name=f"a1_v_{k}_{l}") for l in range(K)] for k in range(nc)]   # (nc, K)
 
         ip = self.i.payload
         take = Signal()
@@ -265,12 +301,13 @@ class ResMixer(wiring.Component):
             self.w.ready.eq(~hold & self.i.valid & self.proj.valid),
             self.proj.ready.eq(~hold & self.i.valid & self.w.valid),
             take.eq(self.i.valid & self.i.ready),
-            we.eq(take), waddr.eq(j_in[:L]),
-            wdata.eq(Cat(*[Cat(ip.data[k], ip.data[k][-1].replicate(self.slot_bits - xb)) for k in range(nc)],
-                         self.w.payload, self.proj.payload)),
+            we.eq(take), waddr.eq(j_in[:A]),
+            wdata.eq(Cat(*[Cat(*[Cat(ip.data[k][l], ip.data[k][l][-1].replicate(self.slot_bits - xb))
+                                 for k in range(nc)], self.w.payload[l], self.proj.payload[l])
+                           for l in range(K)])),
         ]
         m.d.sync += [a1_valid.eq(take), a1_last.eq(ip.last), a2_valid.eq(a1_valid), a2_last.eq(a1_last)]
-        m.d.sync += [a1_v[k].eq(ip.data[k]) for k in range(nc)]
+        m.d.sync += [a1_v[k][l].eq(ip.data[k][l]) for k in range(nc) for l in range(K)]
         with m.If(a2_valid & a2_last):          # the lanes' accumulators hold Σc² from the next cycle on
             m.d.sync += ss_ready.eq(1)
         with m.If(take):
@@ -279,9 +316,10 @@ class ResMixer(wiring.Component):
                 m.d.sync += n_in_m1.eq(ip.n - 1)
             with m.If(ip.last):
                 m.d.sync += [j_in.eq(0), dm1.eq(j_in), hold.eq(1)]
-                for l in range(L + 1):
+                for l in range(A + 1):          # 2^l words: d = 2^(l + log2 K)
                     with m.If(is_k(j_in, (1 << l) - 1)):
-                        m.d.sync += [log2d.eq(l), ss_const.eq(ss_consts[l])]
+                        ld = l + self.log2_lanes
+                        m.d.sync += [log2d.eq(ld), ss_const.eq(ss_consts[ld])]
 
         # ---- per-candidate steps and the passes over the buffer ----------------------------------
         kb, kc, nb_m1 = Signal(kb_w), Signal(kb_w), Signal(kb_w)   # issue / collect counters; n - 1
@@ -306,10 +344,10 @@ class ResMixer(wiring.Component):
         m.d.comb += adv.eq(~self.o.valid | self.o.ready)
         for core in (rsqrt, exp2, recip):
             m.d.comb += core.en.eq(1)
-        m.d.comb += [apply_o.en.eq(adv),
-                     rsqrt.i_valid.eq(rs_valid), rsqrt.i.m.eq(m_rs), rsqrt.i.frac.eq(SQ_FRAC + log2d),
+        m.d.comb += [rsqrt.i_valid.eq(rs_valid), rsqrt.i.m.eq(m_rs), rsqrt.i.frac.eq(SQ_FRAC + log2d),
                      recip.i.m.eq(esum), recip.i.frac.eq(P.frac),
-                     re.eq(sc_issue | (cb_issue & adv)), raddr.eq(jp[:L])]
+                     re.eq(sc_issue | (cb_issue & adv)), raddr.eq(jp[:A])]
+        m.d.comb += [am.en.eq(adv) for am in self.apply_o]
         acc_sel = select(m, acc, kb, "acc_sel")
         t_sel = select(m, t_regs, kb, "t_sel")
         m.d.comb += exp2.i.t.eq(t_max - t_sel)
@@ -333,7 +371,7 @@ class ResMixer(wiring.Component):
         with m.If(state == STATES["SCORE"]):
             m.d.comb += sc_issue.eq(1)
             m.d.sync += jp.eq(jp + 1)
-            with m.If(jp[:L] == dm1):
+            with m.If(jp[:A] == dm1):
                 m.d.sync += state.eq(STATES["SCORE_WAIT"])
         with m.If(state == STATES["SCORE_WAIT"]):
             with m.If(score_done):
@@ -368,7 +406,7 @@ class ResMixer(wiring.Component):
             m.d.comb += cb_issue.eq(1)
             with m.If(adv):
                 m.d.sync += jp.eq(jp + 1)
-                with m.If(jp[:L] == dm1):
+                with m.If(jp[:A] == dm1):
                     m.d.sync += hold.eq(0)     # every word is read: the next mix may overwrite
                     m.d.sync += state.eq(STATES["COMBINE_WAIT"])
         with m.If(state == STATES["COMBINE_WAIT"]):
@@ -387,29 +425,32 @@ class ResMixer(wiring.Component):
                 with m.If(is_k(kc, k)):
                     m.d.sync += e_regs[k].eq(exp2.o.y)
 
-        # ---- the lanes: ApplyMant (score: c × mant_k; combine: e_k × c exactly), × gain, one MAC ----
+        # ---- the lanes: ApplyMant (score: c × mant_k; combine: e_k × c exactly), × gain, K products ----
         # The score pipeline never stalls: adv is high through the score pass (the previous o is out).
         s1_valid, s1_last = Signal(), Signal()
-        m.d.sync += [s1_valid.eq(sc_issue), s1_last.eq(jp[:L] == dm1)]
+        m.d.sync += [s1_valid.eq(sc_issue), s1_last.eq(jp[:A] == dm1)]
         c1_valid, c1_last = Signal(), Signal()
         with m.If(adv):
-            m.d.sync += [c1_valid.eq(cb_issue), c1_last.eq(jp[:L] == dm1)]
-        w_rd = rdata[param_lsb:param_lsb + PARAM_BITS].as_signed()
-        pj_rd = rdata[param_lsb + PARAM_BITS:param_lsb + 2 * PARAM_BITS].as_signed()
-        gain2, proj2 = Signal(signed(self.gain_bits)), Signal(signed(PARAM_BITS))
-        m.d.sync += [gain2.eq(w_rd + (1 << W_FRAC)), proj2.eq(pj_rd)]
+            m.d.sync += [c1_valid.eq(cb_issue), c1_last.eq(jp[:A] == dm1)]
         one = Const(1)
         y_last = delay(m, one, s1_last, ApplyMant.LATENCY, "y_last")
-        gain_y = delay(m, one, gain2, ApplyMant.LATENCY - 1, "gain")
-        proj_y = delay(m, one, proj2, ApplyMant.LATENCY - 1, "proj")
         s4_valid, s4_last, s5_valid, s5_last, s6_valid, s6_last = (Signal(name=f"s{s}_{f}") for s in (4, 5, 6)
                                                                   for f in ("valid", "last"))
-        proj4, proj5 = Signal(signed(PARAM_BITS)), Signal(signed(PARAM_BITS))
-        m.d.sync += [s4_valid.eq(self.lane_apply[0].o_valid & ~cb_phase), s4_last.eq(y_last), proj4.eq(proj_y),
-                     s5_valid.eq(s4_valid), s5_last.eq(s4_last), proj5.eq(proj4),
-                     s6_valid.eq(s5_valid), s6_last.eq(s5_last)]
-        # the MAC: c_kj² in the ingest (a2), r_kj·proj_j in the score pass (s6); the schedule keeps them
-        # apart (the next ingest starts after the combine), so s5_valid selects the operands
+        m.d.sync += [s4_valid.eq(self.lane_apply[0][0].o_valid & ~cb_phase), s4_last.eq(y_last),
+                     s5_valid.eq(s4_valid), s5_last.eq(s4_last), s6_valid.eq(s5_valid), s6_last.eq(s5_last)]
+        gain_y, proj5 = [], []                    # (K,) gain_j at the ApplyMant output, proj_j at s5
+        for l in range(K):
+            g = group(l)
+            w_rd = g[param_lsb:param_lsb + PARAM_BITS].as_signed()
+            pj_rd = g[param_lsb + PARAM_BITS:param_lsb + 2 * PARAM_BITS].as_signed()
+            gain2 = Signal(signed(self.gain_bits), name=f"gain2_{l}")
+            proj2 = Signal(signed(PARAM_BITS), name=f"proj2_{l}")
+            m.d.sync += [gain2.eq(w_rd + (1 << W_FRAC)), proj2.eq(pj_rd)]
+            gain_y.append(delay(m, one, gain2, ApplyMant.LATENCY - 1, f"gain_{l}"))
+            proj_y = delay(m, one, proj2, ApplyMant.LATENCY - 1, f"proj_{l}")
+            proj5.append(delay(m, one, proj_y, 2, f"proj_s_{l}"))
+        # the multipliers: c_kj² in the ingest (a2), r_kj·proj_j in the score pass (s6); the schedule keeps
+        # them apart (the next ingest starts after the combine), so s5_valid selects the operands
         mac_valid, fresh = Signal(), Signal(init=1)
         m.d.comb += mac_valid.eq(a2_valid | s6_valid)
         with m.If(mac_valid):
@@ -418,19 +459,22 @@ class ResMixer(wiring.Component):
         # the lane ApplyMant saturates at the combine's product width; the score path saturates RN to
         # y_bits as a score-only ApplyMant would
         y_lo, y_hi = -(1 << (self.y_bits - 1)), (1 << (self.y_bits - 1)) - 1
-        for k, am in enumerate(self.lane_apply):
-            y = Signal(signed(self.y_bits), name=f"y_{k}")
-            yg4 = Signal(signed(self.y_bits + self.gain_bits), name=f"yg4_{k}")
-            r5 = Signal(signed(xb), name=f"r5_{k}")
-            prod = Signal(signed(2 * xb), name=f"prod_{k}")
-            m.d.comb += [am.en.eq(adv), am.i_valid.eq(s1_valid | c1_valid), am.i.v.eq(slot(k)),
-                         am.i.mant.eq(Mux(cb_phase, e_regs[k], mant_rs[k])),
-                         am.i.e.eq(Mux(cb_phase, self.e_exact, e_rs[k])),
-                         y.eq(clamp(am.o.y, y_lo, y_hi))]
-            m.d.sync += [yg4.eq(y * gain_y), r5.eq(clamp(round_shift_const(yg4, W_FRAC), X.lo, X.hi)),
-                         prod.eq(Mux(s5_valid, r5, a1_v[k]) * Mux(s5_valid, proj5, a1_v[k]))]
+        for k, ams in enumerate(self.lane_apply):
+            prods = []
+            for l, am in enumerate(ams):
+                y = Signal(signed(self.y_bits), name=f"y_{k}_{l}")
+                yg4 = Signal(signed(self.y_bits + self.gain_bits), name=f"yg4_{k}_{l}")
+                r5 = Signal(signed(xb), name=f"r5_{k}_{l}")
+                prod = Signal(signed(2 * xb), name=f"prod_{k}_{l}")
+                m.d.comb += [am.en.eq(adv), am.i_valid.eq(s1_valid | c1_valid), am.i.v.eq(slot(k, l)),
+                             am.i.mant.eq(Mux(cb_phase, e_regs[k], mant_rs[k])),
+                             am.i.e.eq(Mux(cb_phase, self.e_exact, e_rs[k])),
+                             y.eq(clamp(am.o.y, y_lo, y_hi))]
+                m.d.sync += [yg4.eq(y * gain_y[l]), r5.eq(clamp(round_shift_const(yg4, W_FRAC), X.lo, X.hi)),
+                             prod.eq(Mux(s5_valid, r5, a1_v[k][l]) * Mux(s5_valid, proj5[l], a1_v[k][l]))]
+                prods.append(prod)
             with m.If(mac_valid):
-                m.d.sync += acc[k].eq(Mux(fresh, 0, acc[k]) + prod)
+                m.d.sync += acc[k].eq(sum(prods, Mux(fresh, 0, acc[k])))
 
         # ---- to_log2 and the running max: one candidate per cycle ---------------------------------
         lo_bits = self.log2e_lo_bits
@@ -455,15 +499,16 @@ class ResMixer(wiring.Component):
             with m.If(~l3_k.any() | (t_cur > t_max)):
                 m.d.sync += t_max.eq(t_cur)
 
-        # ---- combine (stalls with the output): Σ_k of the lanes' exact e_k·c_kj | ApplyMant ----------
-        num = Signal(signed(self.num_bits))
-        total = sum((am.o.y for am in self.lane_apply[1:]), self.lane_apply[0].o.y)
-        m.d.comb += [num.eq(round_shift_const(total, self.num_shift)),
-                     apply_o.i_valid.eq(self.lane_apply[0].o_valid & cb_phase), apply_o.i.v.eq(num),
-                     apply_o.i.mant.eq(mant_rc), apply_o.i.e.eq(e_rc)]
+        # ---- combine (stalls with the output): per element, Σ_k of the lanes' exact e_k·c_kj | ApplyMant ----
+        for l, apo in enumerate(self.apply_o):
+            num = Signal(signed(self.num_bits), name=f"num_{l}")
+            total = sum((ams[l].o.y for ams in self.lane_apply[1:]), self.lane_apply[0][l].o.y)
+            m.d.comb += [num.eq(round_shift_const(total, self.num_shift)),
+                         apo.i_valid.eq(self.lane_apply[0][0].o_valid & cb_phase), apo.i.v.eq(num),
+                         apo.i.mant.eq(mant_rc), apo.i.e.eq(e_rc),
+                         self.o.payload.data[l].eq(apo.o.y)]
         o_last = delay(m, adv, c1_last, 2 * ApplyMant.LATENCY, "o_last")
-        m.d.comb += [self.o.valid.eq(apply_o.o_valid), self.o.payload.data.eq(apply_o.o.y),
-                     self.o.payload.last.eq(o_last)]
+        m.d.comb += [self.o.valid.eq(self.apply_o[0].o_valid), self.o.payload.last.eq(o_last)]
         with m.If(self.o.valid & self.o.ready & self.o.payload.last):
             m.d.sync += o_done.eq(1)
 
@@ -480,14 +525,20 @@ class ResMixer(wiring.Component):
 
 
 # --- rtl_gen entry (rtl_gen.emit.BLOCKS) ----------------------------------------------------------------
-def res_mixer_block(chip) -> ResMixer:
-    """The block rtl_gen emits: the default build maxima (ChipParams carries no mixer parameters yet)."""
-    return ResMixer(ResMixerParams())
+# ChipParams carries no mixer parameters yet: the emitted block is the default build maxima at K = 2 (the
+# chip's sequencer builds its own mixer at K = 1)
+BLOCK_PARAMS = ResMixerParams(lanes=2)
 
 
-def res_mixer_derived(chip) -> dict:
-    p = ResMixerParams()
-    return {"max_cands": p.max_cands, "max_d": p.max_d, "trace_e": p.trace_e, "rom_dir": p.rom_dir,
-            "sram_words": p.max_d, "sram_word_bits": p.max_cands * 8 * -(-X.bits // 8) + 2 * PARAM_BITS,
-            "roms": ["rsqrt", "exp2", "recip"], "latency_n2_d64": ResMixer.latency(2, 64),
-            "latency_d64": [ResMixer.latency(n, 64) for n in range(1, p.max_cands + 1)]}
+def res_mixer_block(chip, params: ResMixerParams = BLOCK_PARAMS) -> ResMixer:
+    """The block rtl_gen emits (``params``: another build for the tests)."""
+    return ResMixer(params)
+
+
+def res_mixer_derived(chip, params: ResMixerParams = BLOCK_PARAMS) -> dict:
+    words, word_bits = sram_shape(params)
+    k = params.lanes
+    return {"max_cands": params.max_cands, "max_d": params.max_d, "lanes": k, "trace_e": params.trace_e,
+            "rom_dir": params.rom_dir, "sram_words": words, "sram_word_bits": word_bits,
+            "roms": ["rsqrt", "exp2", "recip"], "latency_n2_d64": ResMixer.latency(2, 64, k),
+            "latency_d64": [ResMixer.latency(n, 64, k) for n in range(1, params.max_cands + 1)]}

@@ -45,7 +45,7 @@ from hw.mla_params import MlaParams
 from hw.moe_router import MoeRouter, MoeRouterParams
 from hw.norm_unit import NormOp, NormParams, NormUnit
 from hw.params import ChipParams, require_instance
-from hw.program import INTERLEAVED, LANES, PRF_READERS, ROM_NAME, Opc, Program, fields, program_for
+from hw.program import INTERLEAVED, LANES, MAX_SRCS, PRF_READERS, ROM_NAME, Opc, Program, fields, program_for
 from hw.res_mixer import ResMixer, ResMixerParams
 from hw.vector_unit import Elementwise
 from hw.vrf import Sram
@@ -143,8 +143,12 @@ class ChipCore(wiring.Component):
         norm = m.submodules.norm = NormUnit(NormParams(max_len=max_n, rom_dir=b.rom_dir, lanes=NL, l2=False),
                                             roms=roms["norm"])
         max_cands = max(len(o.srcs) for o in prog.ops if o.opc == Opc.MIX)
+        ML = chip.mix_lanes
+        if max_cands * ML > MAX_SRCS:
+            raise ValueError(f"mix_lanes={ML} with mixes of {max_cands} vectors needs {max_cands * ML} elements per "
+                             f"feed transfer; at most {MAX_SRCS} (use mix_lanes=1 for this model)")
         mixer = m.submodules.mixer = ResMixer(ResMixerParams(max_cands=max_cands, max_d=_pow2(cfg.d_model), trace_e=False,
-                                                             rom_dir=b.rom_dir), roms=roms["mixer"])
+                                                             rom_dir=b.rom_dir, lanes=ML), roms=roms["mixer"])
         EL = chip.ew_lanes
         ew = m.submodules.ew = Streamed(Elementwise(lanes=EL, rom_dir=b.rom_dir, roms=roms["ew"]))
         router = m.submodules.router = MoeRouter(MoeRouterParams(max_experts=max(2, cfg.n_experts),
@@ -243,7 +247,7 @@ class ChipCore(wiring.Component):
                                                    prf_width=prf_w, prf_abits=prf[0].abits, max_n=max_n,
                                                    dh=cfg.kda_dh, conv_k=cfg.conv_k,
                                                    word_srcs=max(len(o.srcs) for o in prog.ops
-                                                                 if o.opc in INTERLEAVED), lanes=max(NL, EL))
+                                                                 if o.opc in INTERLEAVED), lanes=max(NL, EL, ML))
         wf = m.submodules.word_feeder = WordFeeder(slot_bits=sb, slot_words=SW, vrf_abits=vrf.abits)
         for k in range(4):
             m.d.comb += ef.srcs[k].eq(getattr(op, f"s{k}"))
@@ -261,9 +265,10 @@ class ChipCore(wiring.Component):
             *[norm.i.payload.v[k].eq(fo.payload.data[k]) for k in range(NL)],
             *[norm.i.payload.w[k].eq(fo.payload.pa[16 * k:16 * k + 16]) for k in range(NL)],
             norm.i.payload.op.eq(NormOp.RMS), norm.i.payload.last.eq(fo.payload.final),
-            *[mixer.i.payload.data[k].eq(fo.payload.data[k]) for k in range(max_cands)],
+            *[mixer.i.payload.data[k][j].eq(fo.payload.data[k * ML + j]) for k in range(max_cands) for j in range(ML)],
             mixer.i.payload.n.eq(op.ns), mixer.i.payload.last.eq(fo.payload.final),
-            mixer.w.payload.eq(fo.payload.pa[:16]), mixer.proj.payload.eq(fo.payload.pb),
+            *[mixer.w.payload[j].eq(fo.payload.pa[16 * j:16 * j + 16]) for j in range(ML)],
+            *[mixer.proj.payload[j].eq(fo.payload.pb[16 * j:16 * j + 16]) for j in range(ML)],
             ew.i.payload.op.eq(op.ewop), *[ew.i.payload.a[k].eq(fo.payload.data[k]) for k in range(EL)],
             *[ew.i.payload.b[k].eq(fo.payload.data[EL + k]) for k in range(EL)],
             router.i.payload.logit.eq(fo.payload.data[0]), router.i.payload.bias.eq(fo.payload.pa[:16]),
@@ -309,7 +314,7 @@ class ChipCore(wiring.Component):
         col_done = Signal()
         # element results: per op, the unit's output stream and the elements of one transfer
         results = {Opc.RMS: (norm.o, [norm.o.payload.y[k] for k in range(NL)]),
-                   Opc.MIX: (mixer.o, [mixer.o.payload.data]),
+                   Opc.MIX: (mixer.o, [mixer.o.payload.data[j] for j in range(ML)]),
                    Opc.EW: (ew.o, [ew.o.payload.y[k] for k in range(EL)]),
                    Opc.COMB: (comb.o, [comb.o.payload]),
                    Opc.KDA: (kda.o, [kda.o.payload.data])}
@@ -435,7 +440,8 @@ class ChipCore(wiring.Component):
         # ---- the control FSM ------------------------------------------------------------------------------
         start_ef, start_wf = Signal(), Signal()
         m.d.comb += [ef.start.eq(start_ef), wf.start.eq(start_wf), ef.interleave.eq(Cat(*[is_op(c) for c in INTERLEAVED]).any()),
-                     ef.lanes_log2.eq(Mux(is_op(Opc.RMS), _log2(NL), Mux(is_op(Opc.EW), _log2(EL), 0)))]
+                     ef.lanes_log2.eq(Mux(is_op(Opc.RMS), _log2(NL), Mux(is_op(Opc.EW), _log2(EL),
+                                                                         Mux(is_op(Opc.MIX), _log2(ML), 0))))]
         mac_cmd = mac.i.payload
         fin_log2 = _log2_sig(m, op.fan_in)
         m.d.comb += [mac_cmd.q_beat.eq(dq[0]), mac_cmd.s_beat.eq(dq[1]), mac_cmd.z_beat.eq(dq[2]),

@@ -14,7 +14,7 @@ from hw.program import Opc, program_for
 from nano_k3.config import preset
 
 # RTL measurement this model was calibrated on (verification/bench.py, nano-g128-s48-long, seed 20260706)
-NANO_LONG_CYCLES = 225_337
+NANO_LONG_CYCLES = 206_905
 
 
 @pytest.mark.parametrize("config,group,seq_len", [("nano", 128, 48), ("nano", 64, 64), ("tiny", 64, 16)],
@@ -69,8 +69,9 @@ def test_engine_formulas_match_the_engines():
     from hw.params import preset as chip_preset
     mp = mac_array_params_for(chip_preset("nano"))
     m = model_for("nano", 128)
-    assert (m.hw.mac_lanes, m.hw.banks, m.hw.scale_lanes, m.hw.norm_lanes, m.hw.ew_lanes) == (
-        mp.lanes, mp.store.banks, mp.scale_lanes, chip_preset("nano").norm_lanes, chip_preset("nano").ew_lanes)
+    chip = chip_preset("nano")
+    assert (m.hw.mac_lanes, m.hw.banks, m.hw.scale_lanes, m.hw.norm_lanes, m.hw.ew_lanes, m.hw.mix_lanes) == (
+        mp.lanes, mp.store.banks, mp.scale_lanes, chip.norm_lanes, chip.ew_lanes, chip.mix_lanes)
     shapes = [(64, 2), (64, 8), (64, 32), (32, 64), (64, 64), (128, 64), (64, 128), (64, 512)]
     for k in (1, 4, 16, 64):
         mk = PerfModel(m.cfg, dataclasses.replace(m.hw, scale_lanes=k))

@@ -2,10 +2,11 @@
 
 Every mixed vector and every softmax weight e is compared with ``nano_k3.fixed.residual_mix`` (the
 reference, called here, never re-implemented), bit for bit, with random idle cycles on the three
-input streams (``i``: element j of every candidate, ``w``, ``proj``: element j, on every transfer)
-and random back-pressure on both outputs (``o``, ``e``). The unused candidate entries (k >= n) carry
-random values. Payload layouts and build maxima come from the ``config.json`` that rtl_gen wrote
-next to the Verilog.
+input streams (``i``: elements j .. j + K − 1 of every candidate, ``w``, ``proj``: the same K
+elements, on every transfer) and random back-pressure on both outputs (``o``: K elements per
+transfer, ``e``). The unused candidate entries (k >= n) carry random values. Payload layouts, the
+build maxima and K (``lanes``) come from the ``config.json`` that rtl_gen wrote next to the Verilog.
+The pytest runner checks the block rtl_gen emits (K = 2) and a K = 1 build of the same maxima.
 
 Environment read by the cocotb side: NANO_K3_RTL_CONFIG (config.json, required), NANO_K3_MIX_CASES
 (random cases, default 1000), NANO_K3_SEED (default 20240917).
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 
 import cocotb
 import numpy as np
+import pytest
 from cocotb.triggers import ReadOnly, RisingEdge
 
 from nano_k3.fixed import residual_mix
@@ -72,9 +74,9 @@ def rand_params(rng: np.random.Generator, d: int, full: bool) -> tuple[np.ndarra
     return rng.integers(-2048, 2049, d), rng.integers(-4096, 4097, d)       # |w| <= 0.25, |proj| <= 2
 
 
-def random_case(rng: np.random.Generator, idx: int, max_n: int, max_d: int) -> Case:
+def random_case(rng: np.random.Generator, idx: int, max_n: int, max_d: int, lanes: int) -> Case:
     n = int(rng.choice(sorted({1, 2, 3, max_n} & set(range(1, max_n + 1)))))
-    ds = [1 << k for k in range(1, max_d.bit_length()) if 1 << k <= max_d]
+    ds = [1 << k for k in range(1, max_d.bit_length()) if max(2, lanes) <= 1 << k <= max_d]
     d = int(rng.choice(ds, p=None))
     kinds = ["normal"] * 6 + ["tiny", "large", "onehot", "zero"]
     pick = int(rng.integers(4))
@@ -89,8 +91,8 @@ def random_case(rng: np.random.Generator, idx: int, max_n: int, max_d: int) -> C
     return Case(f"r{idx}-n{n}-d{d}-{tag}", cands, w, proj)
 
 
-def edge_cases(rng: np.random.Generator, max_n: int, max_d: int) -> list[Case]:
-    d = max_d
+def edge_cases(rng: np.random.Generator, max_n: int, max_d: int, lanes: int) -> list[Case]:
+    d, dm = max_d, lanes                # dm: the shortest vector, one transfer
     vm = v_max(d)
     z = np.zeros(d, dtype=np.int64)
     ones = np.ones(d, dtype=np.int64)
@@ -110,9 +112,9 @@ def edge_cases(rng: np.random.Generator, max_n: int, max_d: int) -> list[Case]:
         Case("proj-min", nrm(max_n), w0, np.full(d, PARAM_LO)),
         Case("proj-zero-uniform-e", nrm(3), w0, np.zeros(d, dtype=np.int64)),
         Case("huge-vs-tiny", np.stack([rand_vec(rng, d, "large"), rand_vec(rng, d, "tiny")]), w0, p0),
-        Case("d1", np.stack([np.array([5 << 20]), np.array([-3 << 10])]), w0[:1], p0[:1]),
-        Case("d1-n1", np.array([[-7 << 18]]), w0[:1], p0[:1]),
-        Case(f"d1-n{max_n}", np.stack([rand_vec(rng, 1, "normal") for _ in range(max_n)]), w0[:1], p0[:1]),
+        Case(f"d{dm}", np.stack([np.resize([5 << 20, 9 << 8], dm), np.resize([-3 << 10, 1], dm)]), w0[:dm], p0[:dm]),
+        Case(f"d{dm}-n1", np.resize([-7 << 18, 3 << 17], (1, dm)), w0[:dm], p0[:dm]),
+        Case(f"d{dm}-n{max_n}", np.stack([rand_vec(rng, dm, "normal") for _ in range(max_n)]), w0[:dm], p0[:dm]),
         Case("d2-max-n", np.stack([rand_vec(rng, 2, "normal") for _ in range(max_n)]), w0[:2], p0[:2]),
         Case("full-range-params", nrm(max_n), *rand_params(rng, d, full=True)),
         Case("x-extremes", np.stack([np.full(d, X.hi), np.full(d, X.lo)]) if v_max(d) >= X.hi
@@ -128,7 +130,7 @@ class TB:
     def __init__(self, dut, cfg: dict, seed: int):
         self.dut, self.cfg = dut, cfg
         self.rng = random.Random(seed)
-        self.max_cands = cfg["derived"]["max_cands"]
+        self.max_cands, self.lanes = cfg["derived"]["max_cands"], cfg["derived"]["lanes"]
         self.fields = {name: s["fields"] for name, s in cfg["streams"].items()}
         self.widths = {name: s["payload_bits"] for name, s in cfg["streams"].items()}
         for name in ("i", "w", "proj", "o"):
@@ -205,7 +207,10 @@ class TB:
             await ReadOnly()
             if valid.value and ready.value:
                 word = payload.value.to_unsigned()
-                got.append(self.field(name, word, "data", signed=name == "o"))
+                if name == "o":             # K elements per transfer
+                    got.extend(self.field(name, word, f"data.{l}", signed=True) for l in range(self.lanes))
+                else:
+                    got.append(self.field(name, word, "data", signed=False))
                 if self.field(name, word, "last", signed=False):
                     self._score(name, got)
                     got = []
@@ -234,12 +239,14 @@ class TB:
 
     def submit(self, idx: int, case: Case) -> None:
         n, d = case.cands.shape
-        for j in range(d):
-            data = {f"data.{k}": case.cands[k, j] if k < n else self.rng.getrandbits(X.bits)  # k >= n: don't-care
-                    for k in range(self.max_cands)}
-            self.q_i.append(self.pack("i", **data, n=n, last=j == d - 1))
-        self.q_w.extend(int(v) & 0xFFFF for v in case.w)
-        self.q_p.extend(int(v) & 0xFFFF for v in case.proj)
+        K = self.lanes
+        assert d % K == 0, f"{case.tag}: d {d} is not a multiple of lanes {K}"
+        for j in range(0, d, K):
+            data = {f"data.{k}.{l}": case.cands[k, j + l] if k < n else self.rng.getrandbits(X.bits)  # k >= n: don't-care
+                    for k in range(self.max_cands) for l in range(K)}
+            self.q_i.append(self.pack("i", **data, n=n, last=j + K == d))
+            self.q_w.append(self.pack("w", **{str(l): case.w[j + l] for l in range(K)}))
+            self.q_p.append(self.pack("proj", **{str(l): case.proj[j + l] for l in range(K)}))
         self.pend_o.append((idx, case))
         if self.trace_e:
             self.pend_e.append((idx, case))
@@ -270,29 +277,29 @@ def _setup():
     cfg = json.loads(open(os.environ[CFG_ENV]).read())
     seed = int(os.environ.get(SEED_ENV, DEFAULT_SEED))
     der = cfg["derived"]
-    return cfg, seed, der["max_cands"], der["max_d"]
+    return cfg, seed, der["max_cands"], der["max_d"], der["lanes"]
 
 
 @cocotb.test()
 async def mix_edge_cases(dut):
-    cfg, seed, max_n, max_d = _setup()
-    dut._log.info("seed %d", seed)
+    cfg, seed, max_n, max_d, lanes = _setup()
+    dut._log.info("seed %d, lanes %d", seed, lanes)
     tb = TB(dut, cfg, seed)
     await tb.start()
-    cases = edge_cases(np.random.default_rng(seed), max_n, max_d)
+    cases = edge_cases(np.random.default_rng(seed), max_n, max_d, lanes)
     await tb.run(cases)
     tb.verdict(len(cases))
 
 
 @cocotb.test()
 async def mix_random(dut):
-    cfg, seed, max_n, max_d = _setup()
+    cfg, seed, max_n, max_d, lanes = _setup()
     n = int(os.environ.get(CASES_ENV, 1000))
-    dut._log.info("seed %d, %d random cases", seed + 1, n)
+    dut._log.info("seed %d, %d random cases, lanes %d", seed + 1, n, lanes)
     tb = TB(dut, cfg, seed + 1)
     await tb.start()
     rng = np.random.default_rng(seed + 1)
-    cases = [random_case(rng, idx, max_n, max_d) for idx in range(n)]
+    cases = [random_case(rng, idx, max_n, max_d, lanes) for idx in range(n)]
     await tb.run(cases, phases=True)
     tb.verdict(n)
 
@@ -300,7 +307,7 @@ async def mix_random(dut):
 @cocotb.test()
 async def mix_latency(dut):
     """No idles, no back-pressure: nano mixes (d = 64; n = 2, 1 and max_cands) take the documented cycles."""
-    cfg, seed, max_n, max_d = _setup()
+    cfg, seed, max_n, max_d, lanes = _setup()
     assert max_d >= 64, f"the documented latencies are for d = 64, the build has max_d {max_d}"
     tb = TB(dut, cfg, seed + 2)
     tb.idle_prob, tb.ready_prob = 0.0, 1.0
@@ -316,26 +323,43 @@ async def mix_latency(dut):
         tb.first_accept = None
         await tb.run([case])
         cycles = tb.last_out - tb.first_accept + 1
-        dut._log.info("LATENCY n=%d d=%d: %d cycles from first accepted element to last output (documented %d)",
-                      n, d, cycles, documented[n])
-        assert cycles == documented[n], f"n={n} d={d}: {cycles} cycles, documented {documented[n]}"
+        dut._log.info("LATENCY K=%d n=%d d=%d: %d cycles from first accepted transfer to last output "
+                      "(documented %d)", lanes, n, d, cycles, documented[n])
+        assert cycles == documented[n], f"K={lanes} n={n} d={d}: {cycles} cycles, documented {documented[n]}"
     tb.verdict(len(ns))
 
 
 # ---- pytest runner -------------------------------------------------------------------------------------
-def test_res_mixer_verilator():
+@pytest.mark.parametrize("lanes", [2, 1], ids=["k2", "k1"])
+def test_res_mixer_verilator(lanes):
+    """K = 2: the block rtl_gen emits; K = 1: the same maxima at one element per cycle (the chip's build),
+    registered for this test only."""
+    from dataclasses import replace
+    from functools import partial
+    from unittest import mock
+
     from hw.params import preset
+    from hw.res_mixer import BLOCK_PARAMS, res_mixer_block, res_mixer_derived
     from nano_k3.luts import write_roms
-    from rtl_gen import emit, read_filelist
+    from rtl_gen import BLOCKS, emit, read_filelist
     from verification.runner import MODELS, SIM_ROOT, lint, run_cocotb
+    if lanes == BLOCK_PARAMS.lanes:
+        name, extra = "res_mixer", {}
+    else:
+        name, params = f"res_mixer_k{lanes}", replace(BLOCK_PARAMS, lanes=lanes)
+        extra = {name: replace(BLOCKS["res_mixer"], build=partial(res_mixer_block, params=params),
+                               derived=partial(res_mixer_derived, params=params))}
     # emit into the simulator's working folder: msh_rom's INIT_FILE "roms/<table>.hex" resolves there
-    out = emit("res_mixer", SIM_ROOT / "res_mixer", preset("nano"))
+    with mock.patch.dict(BLOCKS, extra):
+        out = emit(name, SIM_ROOT / name, preset("nano"))
+    cfg = json.loads(out.config.read_text())
+    assert cfg["derived"]["lanes"] == lanes and cfg["top"] == "res_mixer", cfg["derived"]
     write_roms(out.verilog.parent / "roms")
     sources = [*read_filelist(out.filelist), MODELS / "msh_sram.v", MODELS / "msh_rom.v"]
     lint_result = lint(sources, out.top)
     assert lint_result.errors == 0, lint_result.output
     print(f"lint: {lint_result.errors} errors, {lint_result.warnings} warnings {lint_result.by_rule}")
-    res = run_cocotb("res_mixer", sources, out.top, "verification.test_res_mixer",
+    res = run_cocotb(name, sources, out.top, "verification.test_res_mixer",
                      extra_env={CFG_ENV: str(out.config)})
     for line in res.log_text().splitlines():
         if "LATENCY" in line:
