@@ -31,6 +31,12 @@ def _run(cmd: list[str], log: Path) -> bool:
         return subprocess.run(cmd, cwd=REPO, stdout=f, stderr=subprocess.STDOUT).returncode == 0
 
 
+def _shown(path: Path) -> str:
+    """A path as the table shows it: relative to the repository when inside it (``--out`` may be anywhere)."""
+    path = path.resolve()
+    return str(path.relative_to(REPO) if path.is_relative_to(REPO) else path)
+
+
 def _tests(block: str, out: Path) -> dict:
     test_file = REPO / "verification" / f"test_{block}.py"
     if not test_file.exists():
@@ -41,7 +47,7 @@ def _tests(block: str, out: Path) -> dict:
     suite = root if root is None or root.tag == "testsuite" else root.find("testsuite")
     counts = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")} if suite is not None else {}
     status = "pass" if ok and counts.get("tests", 0) > 0 else "FAIL"
-    return {"status": status, **counts, "log": str((out / "pytest.log").relative_to(REPO))}
+    return {"status": status, **counts, "log": _shown(out / "pytest.log")}
 
 
 def run_block(block: str, out: Path, tests: bool) -> dict:
@@ -56,7 +62,7 @@ def run_block(block: str, out: Path, tests: bool) -> dict:
     for name, cmd in steps:
         t0 = time.monotonic()
         if not _run(cmd, out / f"{name}.log"):
-            row["error"] = f"{name} failed, see {(out / f'{name}.log').relative_to(REPO)}"
+            row["error"] = f"{name} failed, see {_shown(out / f'{name}.log')}"
             break
         print(f"  {block}: {name} done in {time.monotonic() - t0:.0f} s", flush=True)
     if "error" not in row:

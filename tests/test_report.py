@@ -243,3 +243,10 @@ def test_flow_runtime_counts_steps_side_by_side_once():
     assert flow_seconds([synth, {"runtime_s": 200.0}, place]) == 500 + 200 + 1000     # no timestamp: added
     old_synth = {"runtime_s": 500.0, "finished_unix": 10.0}          # reused from an earlier run: its own span
     assert flow_seconds([old_synth, sta, place]) == 500 + 1000
+
+
+def test_blocks_log_paths_inside_and_outside_the_repository(tmp_path):
+    """`flow.blocks --out` may point anywhere: logs inside the repository are shown relative to it."""
+    from flow.blocks import REPO, _shown
+    assert _shown(REPO / "build" / "blocks" / "res_mixer" / "pytest.log") == "build/blocks/res_mixer/pytest.log"
+    assert _shown(tmp_path / "pytest.log") == str((tmp_path / "pytest.log").resolve())
