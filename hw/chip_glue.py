@@ -1,11 +1,11 @@
 """Stream adapters between the vector register file / parameter buffers and the engines' inputs.
 
-* ``ElemFeeder``: reads elements of up to four VRF slots together with the matching entries of the
-  two parameter buffers (PRF a: int16 or a channel's conv taps, PRF b: int16), and emits one
-  ``feed_layout`` transfer per element (``interleave = 0``: slot after slot, one ``msh_sram`` read per
-  element or per ``lanes`` elements) or per element index with every slot's value side by side
-  (``interleave = 1``: elementwise ops, the MoE combine, the residual mixer's candidates; each slot's
-  word is read once per ``LANES`` elements). Full rate under no back-pressure.
+* ``ElemFeeder``: reads elements of VRF slots together with the matching entries of the two
+  parameter buffers (PRF a: int16 or a channel's conv taps, PRF b: int16), and emits one
+  ``feed_layout`` transfer per element index: of one slot (``interleave = 0``, one ``msh_sram`` read
+  per transfer) or of up to four slots side by side (``interleave = 1``: elementwise ops, the MoE
+  combine, the residual mixer's candidates; each slot's word is read once per ``LANES`` elements).
+  Full rate under no back-pressure.
 * ``WordFeeder``: whole VRF words (``LANES`` elements) of one slot, ``nw`` words from ``w0`` (MLA
   engine input, and both passes of ``hw.mac_input.MacInput``).
 * ``Combine``: ``nano_k3.fixed.moe_combine`` for one element per transfer.
@@ -67,7 +67,8 @@ class ElemFeeder(wiring.Component):
     ``interleave = 1`` reads each source's VRF word once per ``LANES`` elements into a word register
     (``word_srcs`` of them: the most sources an interleaved op has), so an interleaved feed of ``ns``
     sources takes ``n + (ns − 1)·⌈n / LANES⌉`` cycles: ``ns`` reads at the first element of each word,
-    one cycle for every other element. Sequential feeds read one element per cycle. With
+    one cycle for every other element. A feed with ``interleave = 0`` has one source (``srcs[0]``) and
+    reads one element per cycle. With
     ``lanes_log2`` = lg (K = 2^lg ≤ ``lanes``, n a multiple of K) a transfer carries K consecutive
     elements i .. i + K − 1 of every source: ``data[k·K + j]`` = source k, element i + j (so ns·K ≤ 4),
     ``pa`` and ``pb`` the PRF a / b entries from element i on (LIN mode), and the feed takes n/K
@@ -183,7 +184,7 @@ class ElemFeeder(wiring.Component):
             self.pb_re.eq(issue), self.pb_raddr.eq(pb_byte >> _log2(PB)),
         ]
         final = Signal()
-        m.d.comb += final.eq(last_i & (last_s | self.interleave & ~word_start))
+        m.d.comb += final.eq(last_i & (~self.interleave | last_s | ~word_start))
         m.d.sync += [t_valid.eq(issue)]
         with m.If(issue):
             m.d.sync += [t_push.eq(pushes), t_read.eq(reads), t_lane.eq(i[:LL]), t_s.eq(s[:2]), t_i.eq(i),
@@ -195,10 +196,7 @@ class ElemFeeder(wiring.Component):
                 with m.Else():
                     m.d.sync += s.eq(s + 1)
             with m.Else():
-                with m.If(last_i):
-                    m.d.sync += [i.eq(0), s.eq(s + 1)]
-                with m.Else():
-                    m.d.sync += i.eq(i + step)
+                m.d.sync += i.eq(i + step)
             with m.If(final):
                 m.d.sync += active.eq(0)
         with m.If(self.start):

@@ -195,17 +195,20 @@ class PerfModel:
         """Two WordFeeder passes through MacInput (scan, convert); none for a keep MV."""
         return 0 if op.keep else 2 * (-(-op.fan_in // LANES) + self.seq.mac_input_pass)
 
+    def _chunks_full(self, op: Op) -> tuple[int, int]:
+        """Result transfers of the last column block, and the full-block correction (``SeqOverheads``)."""
+        return (-(-min(op.fan_out, self.hw.mac_lanes) // self.hw.out_lanes),
+                self.seq.full_block if op.fan_out >= self.hw.mac_lanes else 0)
+
     def mac_cycles(self, op: Op) -> int:
         """Command taken → the matvec's last result written to the VRF (non-head), no stalls."""
-        chunks = -(-min(op.fan_out, self.hw.mac_lanes) // self.hw.out_lanes)
-        full = self.seq.full_block if op.fan_out >= self.hw.mac_lanes else 0
+        chunks, full = self._chunks_full(op)
         return (self.issue_cycles(op.fan_in, op.fan_out) + MAC_LATENCY
                 + max(self.scale_steps(op.fan_out), chunks) - 1 + full)
 
     def head_cycles(self, op: Op) -> int:
         """The LM head MV, first cycle to last: it waits for its last logits write beat."""
-        chunks = -(-min(op.fan_out, self.hw.mac_lanes) // self.hw.out_lanes)
-        full = self.seq.full_block if op.fan_out >= self.hw.mac_lanes else 0
+        chunks, full = self._chunks_full(op)
         issue = self.issue_cycles(op.fan_in, op.fan_out)
         lat = MAC_LATENCY + max(0, self.scale_steps(op.fan_out) - chunks)     # results wait for the scale steps
         # each 16-lane chunk is 4 write beats (16 int32 logits), so the last block drains at one
@@ -233,18 +236,18 @@ class PerfModel:
         (``position`` adds the waits for earlier matvecs)."""
         s, c = self.seq, self.cfg
         if op.opc == Opc.MV:
-            return self.head_cycles(op) if op.head else (s.keep_cmd + 2 if op.keep else s.mv + self.mv_feed(op))
+            return self.head_cycles(op) if op.head else (s.keep_cmd + 1 if op.keep else s.mv + self.mv_feed(op))
         if op.opc == Opc.PLD:
             return s.pld
         if op.opc == Opc.EMB:
             return s.emb + c.d_model // LANES
         if op.opc == Opc.RMS:
             return s.elem + 2 * (op.n // self.hw.norm_lanes) + NORM_GAP - 1
+        word_reads = (len(op.srcs) - 1) * -(-op.n // LANES)     # interleaved feeds: ns reads per 16 elements
         if op.opc == Opc.MIX:
-            return s.elem + self.mix_cycles(len(op.srcs), op.n) + (len(op.srcs) - 1) * -(-op.n // LANES)
-        if op.opc in (Opc.EW, Opc.COMB):     # interleaved feed: ns word reads per 16 elements
-            lanes = self.hw.ew_lanes if op.opc == Opc.EW else 1
-            feed = op.n // lanes + (len(op.srcs) - 1) * -(-op.n // LANES)
+            return s.elem + self.mix_cycles(len(op.srcs), op.n) + word_reads
+        if op.opc in (Opc.EW, Opc.COMB):
+            feed = op.n // (self.hw.ew_lanes if op.opc == Opc.EW else 1) + word_reads
             return s.elem + feed + (EW_LATENCY if op.opc == Opc.EW else COMB_LATENCY)
         if op.opc == Opc.ROUTE:
             return s.elem + s.route + self.router_cycles()

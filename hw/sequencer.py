@@ -150,6 +150,7 @@ class ChipCore(wiring.Component):
         mixer = m.submodules.mixer = ResMixer(ResMixerParams(max_cands=max_cands, max_d=_pow2(cfg.d_model), trace_e=False,
                                                              rom_dir=b.rom_dir, lanes=ML), roms=roms["mixer"])
         EL = chip.ew_lanes
+        elem_lanes = {Opc.RMS: NL, Opc.EW: EL, Opc.MIX: ML}     # elements per feed transfer (others: 1)
         ew = m.submodules.ew = Streamed(Elementwise(lanes=EL, rom_dir=b.rom_dir, roms=roms["ew"]))
         router = m.submodules.router = MoeRouter(MoeRouterParams(max_experts=max(2, cfg.n_experts),
                                                                  max_top_k=cfg.top_k), rom_dir=b.rom_dir,
@@ -247,7 +248,7 @@ class ChipCore(wiring.Component):
                                                    prf_width=prf_w, prf_abits=prf[0].abits, max_n=max_n,
                                                    dh=cfg.kda_dh, conv_k=cfg.conv_k,
                                                    word_srcs=max(len(o.srcs) for o in prog.ops
-                                                                 if o.opc in INTERLEAVED), lanes=max(NL, EL, ML))
+                                                                 if o.opc in INTERLEAVED), lanes=max(elem_lanes.values()))
         wf = m.submodules.word_feeder = WordFeeder(slot_bits=sb, slot_words=SW, vrf_abits=vrf.abits)
         for k in range(4):
             m.d.comb += ef.srcs[k].eq(getattr(op, f"s{k}"))
@@ -439,9 +440,11 @@ class ChipCore(wiring.Component):
 
         # ---- the control FSM ------------------------------------------------------------------------------
         start_ef, start_wf = Signal(), Signal()
-        m.d.comb += [ef.start.eq(start_ef), wf.start.eq(start_wf), ef.interleave.eq(Cat(*[is_op(c) for c in INTERLEAVED]).any()),
-                     ef.lanes_log2.eq(Mux(is_op(Opc.RMS), _log2(NL), Mux(is_op(Opc.EW), _log2(EL),
-                                                                         Mux(is_op(Opc.MIX), _log2(ML), 0))))]
+        m.d.comb += [ef.start.eq(start_ef), wf.start.eq(start_wf), ef.interleave.eq(Cat(*[is_op(c) for c in INTERLEAVED]).any())]
+        with m.Switch(op.opc):
+            for c, k in elem_lanes.items():
+                with m.Case(c):
+                    m.d.comb += ef.lanes_log2.eq(_log2(k))
         mac_cmd = mac.i.payload
         fin_log2 = _log2_sig(m, op.fan_in)
         m.d.comb += [mac_cmd.q_beat.eq(dq[0]), mac_cmd.s_beat.eq(dq[1]), mac_cmd.z_beat.eq(dq[2]),
