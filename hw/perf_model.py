@@ -32,7 +32,7 @@ The sequencer overheads (``SEQ``) and the two engine constants without a formula
 (``KDA_DRAIN`` from hw/kda_engine.py's docstring, ``MAC_INPUT_PASS``) were measured from the RTL with
 verification/phase_monitor.py on nano-g128-s48-long (``python -m verification.bench``), documented
 where they are defined. With them every op of nano-g128-s48-long is predicted to the cycle (the run
-to 1 cycle in 206,905: the load phase's read latency is jitter); nano-g64-s64-long, not used for
+to 1 cycle in 199,898: the load phase's read latency is jitter); nano-g64-s64-long, not used for
 fitting, checks them (other group → other issue cycles, longer MLA cache).
 
 Load phase: header (256 B), descriptor table, tensor block and token ids, each one read request
@@ -97,9 +97,10 @@ class ChipPerfParams:
 # every position in the nano g128 / g64 runs unless noted.
 @dataclass(frozen=True)
 class SeqOverheads:
-    mv: int = 8                  # an MV that feeds its activations: DISPATCH, DESC (4), MV_SCAN2, MV_CMD
-                                 # + feeder/queue latency; its command is taken in its last cycle
-    keep_cmd: int = 5            # a keep MV's command is offered 5 cycles after it starts (DISPATCH, DESC)
+    mv: int = 4                  # an MV that feeds its activations: DISPATCH, MV_SCAN2, MV_CMD + feeder /
+                                 # queue latency; its command is taken in its last cycle (its store
+                                 # records were prefetched while the op before it ran)
+    keep_cmd: int = 1            # a keep MV's command is offered 1 cycle after it starts (DISPATCH)
                                  # and taken once the MAC array has issued the previous matvec
     mac_next: int = 1            # the MAC array takes the next command issue + 1 cycles after the last one
     mac_lock: int = 2            # its store read port is free (PLD reads) issue + 2 cycles after a command
@@ -113,8 +114,9 @@ class SeqOverheads:
                                  # issue + LATENCY + chunks − 1 (MacArray docstring: 64→64 measured 46): its
                                  # second scale read ends the issue one cycle after the last q read
     head: int = 12               # head MV beyond its 4 write beats per 16-lane chunk (when write-bound)
-    pld: int = 6                 # DISPATCH, DESC (4), PLD_REQ: the copy itself runs in the background
-    emb: int = 20                # EMB beyond its d/16 VRF word writes (FETCH, 3 store reads, 2 token-SRAM cycles)
+    pld: int = 2                 # DISPATCH, PLD_REQ: the copy itself runs in the background
+    emb: int = 16                # EMB beyond its d/16 VRF word writes (FETCH, 3 store reads, 2 token-SRAM cycles)
+    first_emb: int = 1           # position 0's EMB: the descriptor prefetch starts with the position
     elem: int = 4                # element ops: DISPATCH, feeder start + read latency
     route: int = 1               # ROUTE beyond elem: the router's last pair to the collector
     kda_seg: int = 4             # a KDA feed segment beyond n
@@ -240,7 +242,7 @@ class PerfModel:
         if op.opc == Opc.PLD:
             return s.pld
         if op.opc == Opc.EMB:
-            return s.emb + c.d_model // LANES
+            return s.emb + c.d_model // LANES + (s.first_emb if t == 0 else 0)
         if op.opc == Opc.RMS:
             return s.elem + 2 * (op.n // self.hw.norm_lanes) + NORM_GAP - 1
         word_reads = (len(op.srcs) - 1) * -(-op.n // LANES)     # interleaved feeds: ns reads per 16 elements

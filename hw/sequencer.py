@@ -4,7 +4,7 @@ Block diagram (everything below ``ChipCore``; hw/chip_top.py only renames ports 
 
     cmd ─► control FSM ─► MemEngine ◄──► SPEC memory port (reads: header, descriptors, tensors, tokens;
              │   │                         writes: logits beats, argmax words, status word)
-             │   └── desc_sram (store beat of every record), tok_sram (token ids)
+             │   └── desc0..3_sram (store beat of every record; the next op's three are prefetched), tok_sram
              ▼
       microcode msh_rom (hw/program.py, one op per word) ─► op register ─► per-op sub-FSM
              │
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from amaranth.hdl import Array, Cat, Const, Instance, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import stream, wiring
-from amaranth.lib.data import ArrayLayout, StructLayout
+from amaranth.lib.data import ArrayLayout, StructLayout, View
 from amaranth.lib.wiring import In, Out
 
 from hw.chip_glue import Combine, ElemFeeder, WordFeeder
@@ -61,6 +61,7 @@ RSP_DONE = 0x0000D0DE
 # own; the element-wise unit's SiLU lanes take the sigmoid ports in this order
 SHARED_ROMS = (("sigmoid", "router", "ew"), ("sigmoid", "kda", "ew"), ("rsqrt", "norm", "mixer"),
                ("recip", "router", "mixer"), ("exp2", "mla", "mixer"))
+DESC_BANKS = 4             # descriptor SRAM banks (an op reads three consecutive records at once)
 MV_QUEUE = 4               # matvecs issued and not yet written back (the MAC array returns them in order)
 CMD_RUN = 0x00000001
 STATUS_BAD = 0xBAD00000
@@ -171,7 +172,9 @@ class ChipCore(wiring.Component):
         prf_depth = max(2, _pow2(-(-max(2 * cfg.kda_width * cfg.conv_k, 2 * cfg.mla_dc, 2 * cfg.d_model) // (prf_w // 8))))
         prf = [Sram(m, "prf_a_sram", prf_depth, prf_w), Sram(m, "prf_b_sram", prf_depth, prf_w)]
         bb = mp.store.beat_bits
-        desc = Sram(m, "desc_sram", max(2, _pow2(nrec)), -(-bb // 8) * 8)
+        # record r in bank r % DESC_BANKS, row r // DESC_BANKS: one cycle reads an op's three records
+        desc = [Sram(m, f"desc{b}_sram", max(2, _pow2(nrec) // DESC_BANKS), -(-bb // 8) * 8)
+                for b in range(DESC_BANKS)]
         tok = Sram(m, "tok_sram", max(2, _pow2(-(-cfg.max_seq // 4))), 128)
         ftab = fields(cfg, prog.n_slots)
         op_layout = StructLayout({k: unsigned(v) for k, v in ftab.items()})
@@ -451,21 +454,50 @@ class ChipCore(wiring.Component):
                      mac_cmd.fan_in.eq(op.fan_in), mac_cmd.fan_out_log2.eq(op.fan_out_log2),
                      mac_cmd.group_log2.eq(Mux(group_log2 < fin_log2, group_log2, fin_log2)),
                      mac_cmd.fmt.eq(head)]
-        rec_eff = Signal(range(nrec + 16))
-        ch_sel = Signal.like(choice[0])
-        with m.Switch(op.expert):
-            for j in range(cfg.top_k):
-                with m.Case(j + 1):
-                    m.d.comb += ch_sel.eq(choice[j])
-        m.d.comb += rec_eff.eq(op.rec + Mux(op.expert != 0, 9 * ch_sel, 0))
-        dcnt = Signal(3)
+        def record_of(o, name: str) -> Signal:
+            """The first of op ``o``'s three store records (.q, .s, .z): an expert op's follow the router's choice."""
+            ch_sel = Signal.like(choice[0], name=f"{name}_choice")
+            with m.Switch(o.expert):
+                for j in range(cfg.top_k):
+                    with m.Case(j + 1):
+                        m.d.comb += ch_sel.eq(choice[j])
+            rec = Signal(range(nrec + 9 * cfg.n_experts), name=name)
+            m.d.comb += rec.eq(o.rec + Mux(o.expert != 0, 9 * ch_sel, 0))
+            return rec
+
+        # Descriptor prefetch: every cycle of a position reads the three records of the op to dispatch
+        # next (the ROM word at pc + 1; the loaded op itself while DISPATCH holds it), so an MV,
+        # PLD or EMB finds its store beats in ``pf_q`` when it dispatches. ``pf_rec`` tags them: a
+        # router choice made after the read only costs a re-read.
+        rec_eff = record_of(op, "rec_eff")
+        rec_next = record_of(View(op_layout, rom_data[:op_layout.size]), "rec_next")
+        pf_q = [Signal(bb, name=f"pf_q{k}") for k in range(3)]
+        pf_rec = Signal.like(rec_eff)
+        pf_ok = Signal()
+        pf_hit = Signal()
+        m.d.comb += pf_hit.eq(pf_ok & (pf_rec == rec_eff))
+        pf_target = Signal.like(rec_eff)
+        rd_rec = Signal.like(rec_eff)              # the records read last cycle
+        rd_ok = Signal()
+        holding = Signal()                         # DISPATCH keeps the loaded op waiting
+        m.d.comb += pf_target.eq(Mux(holding, rec_eff, rec_next))
+        bsel = _log2(DESC_BANKS)
+        for b, bank in enumerate(desc):
+            j = (b - pf_target[:bsel])[:bsel]           # record pf_target + j sits in bank b
+            m.d.comb += [bank.r_en.eq(1), bank.r_addr.eq((pf_target + j) >> bsel)]
+        in_pos = Signal()
+        m.d.sync += [rd_rec.eq(pf_target), rd_ok.eq(in_pos), pf_rec.eq(rd_rec), pf_ok.eq(rd_ok & in_pos)]
+        with m.Switch(rd_rec[:bsel]):
+            for r in range(DESC_BANKS):
+                with m.Case(r):
+                    m.d.sync += [pf_q[k].eq(desc[(r + k) % DESC_BANKS].r_data) for k in range(3)]
+        emb_sent = Signal()                        # EMB: the store read of this step is requested
         emb_row = Signal(len(mac.r_data.payload.data.as_value()))
         emb_s = Signal(signed(16))
         emb_z = Signal(4)
         nw_of_n = Signal(range(SW + 1))
         m.d.comb += nw_of_n.eq((op.n + (L - 1)) >> _log2(L))
         m.d.comb += [wf.w0.eq(Mux(is_op(Opc.MLA), op.w0, 0)), wf.nw.eq(Mux(is_op(Opc.MLA), op.nw, nw_of_n))]
-        in_pos = Signal()
         with m.If(in_pos):
             m.d.sync += self.cycles_pos.eq(self.cycles_pos + 1)
 
@@ -508,8 +540,10 @@ class ChipCore(wiring.Component):
                     a = mem.o.payload.data[32:64]
                     base = Mux(cnt == 0, a, tensor_base)
                     rel = Signal(ADDR_BITS, name="desc_rel")
-                    m.d.comb += [rel.eq(a - base), desc.w_en.eq(1), desc.w_addr.eq(cnt), desc.w_data.eq(rel >> 4),
-                                 desc.w_strb.eq(-1)]
+                    m.d.comb += rel.eq(a - base)
+                    for b, bank in enumerate(desc):
+                        m.d.comb += [bank.w_en.eq(cnt[:_log2(DESC_BANKS)] == b), bank.w_addr.eq(cnt >> _log2(DESC_BANKS)),
+                                     bank.w_data.eq(rel >> 4), bank.w_strb.eq(-1)]
                     with m.If(cnt == 0):
                         m.d.sync += tensor_base.eq(a)
                     with m.If((a[:4] != 0) | (a < base) | (a >= w[24]) | ((cnt == 0) & (A(w[23]) + 16 * A(w[22]) > a))):
@@ -556,7 +590,7 @@ class ChipCore(wiring.Component):
 
             # ---- positions: fetch / dispatch -----------------------------------------------------------
             def load_op():
-                m.d.sync += [op.eq(rom_data), col_cnt.eq(0), col_done.eq(0), dcnt.eq(0), rcnt.eq(0)]
+                m.d.sync += [op.eq(rom_data), col_cnt.eq(0), col_done.eq(0), rcnt.eq(0)]
                 m.next = "DISPATCH"
 
             def advance():
@@ -568,33 +602,18 @@ class ChipCore(wiring.Component):
                 m.d.comb += [in_pos.eq(1), fetching.eq(1)]
                 load_op()
             with m.State("DISPATCH"):
-                m.d.comb += in_pos.eq(1)
+                m.d.comb += [in_pos.eq(1), holding.eq(1)]
                 # a PLD still copying holds up the next PLD, the PRF readers and EMB (its store reads)
                 pld_hold = pld_busy & (is_op(Opc.PLD) | is_op(Opc.EMB)
                                        | Cat(*[is_op(c) for c in PRF_READERS]).any())
                 m.d.sync += col_target.eq(Mux(is_op(Opc.KDA), Mux(op.last, op.n_out, 0), op.n))
                 feeds_only = (is_op(Opc.MV) & ~head | is_op(Opc.ROUTE)
                               | (is_op(Opc.KDA) | is_op(Opc.MLA)) & ~op.last)     # no VRF writes of its own
-                with m.If(~pld_hold & ((is_op(Opc.MV) & op.keep) | is_op(Opc.PLD) | (feeds_only & ~src_queued)
-                                       | (mvq_n == 0))):
-                    with m.Switch(op.opc):
-                        with m.Case(Opc.EMB, Opc.MV, Opc.PLD):
-                            m.next = "DESC"
-                        with m.Case(Opc.RMS, Opc.MIX, Opc.EW, Opc.ROUTE, Opc.COMB, Opc.KDA):
-                            m.d.comb += start_ef.eq(1)
-                            m.next = "ELEM"
-                        with m.Case(Opc.MLA):
-                            m.d.comb += start_wf.eq(1)
-                            m.next = "MLA"
-                        with m.Case(Opc.END):
-                            m.next = "END"
-            with m.State("DESC"):
-                m.d.comb += [in_pos.eq(1), desc.r_en.eq(1), desc.r_addr.eq(rec_eff + dcnt)]
-                m.d.sync += dcnt.eq(dcnt + 1)
-                for k in range(3):
-                    with m.If(dcnt == k + 1):
-                        m.d.sync += dq[k].eq(desc.r_data)
-                with m.If(dcnt == 3):
+                needs_desc = is_op(Opc.EMB) | is_op(Opc.MV) | is_op(Opc.PLD)
+                with m.If(~pld_hold & (pf_hit | ~needs_desc)
+                          & ((is_op(Opc.MV) & op.keep) | is_op(Opc.PLD) | (feeds_only & ~src_queued) | (mvq_n == 0))):
+                    m.d.comb += holding.eq(0)
+                    m.d.sync += [dq[k].eq(pf_q[k]) for k in range(3)]
                     with m.Switch(op.opc):
                         with m.Case(Opc.EMB):
                             m.next = "EMB_TOK"
@@ -606,6 +625,14 @@ class ChipCore(wiring.Component):
                                 m.next = "MV_SCAN"
                         with m.Case(Opc.PLD):
                             m.next = "PLD_REQ"
+                        with m.Case(Opc.RMS, Opc.MIX, Opc.EW, Opc.ROUTE, Opc.COMB, Opc.KDA):
+                            m.d.comb += start_ef.eq(1)
+                            m.next = "ELEM"
+                        with m.Case(Opc.MLA):
+                            m.d.comb += start_wf.eq(1)
+                            m.next = "MLA"
+                        with m.Case(Opc.END):
+                            m.next = "END"
 
             # ---- PLD ---------------------------------------------------------------------------
             with m.State("PLD_REQ"):          # the copy itself runs in the background (the PRF writer)
@@ -621,18 +648,18 @@ class ChipCore(wiring.Component):
                 m.next = "EMB_TOK2"
             with m.State("EMB_TOK2"):
                 m.d.comb += in_pos.eq(1)
-                m.d.sync += [token.eq(tok.r_data.word_select(pos[:2], 32)[:16]), dcnt.eq(3)]
+                m.d.sync += [token.eq(tok.r_data.word_select(pos[:2], 32)[:16]), emb_sent.eq(0)]
                 m.next = "EMB_S"
             for st, nxt, beat in (("EMB_S", "EMB_Z", dq[1] + (token >> 3)), ("EMB_Z", "EMB_Q", dq[2] + (token >> 4)),
                                   ("EMB_Q", "EMB_W", dq[0] + ((token * (cfg.d_model // 2)) >> 4))):
                 with m.State(st):
                     m.d.comb += in_pos.eq(1)
                     nbeats = -(-cfg.d_model // 32) if st == "EMB_Q" else 1
-                    with m.If(dcnt == 3):
+                    with m.If(~emb_sent):
                         m.d.comb += [mac.r_cmd.valid.eq(1), mac.r_cmd.payload.start.eq(beat),
                                      mac.r_cmd.payload.count.eq(nbeats)]
                         with m.If(mac.r_cmd.ready):
-                            m.d.sync += dcnt.eq(4)
+                            m.d.sync += emb_sent.eq(1)
                     with m.Else():
                         m.d.comb += mac.r_data.ready.eq(1)
                         with m.If(mac.r_data.valid):
@@ -643,7 +670,7 @@ class ChipCore(wiring.Component):
                                 m.d.sync += emb_z.eq(d0.word_select(token[:4], 8)[:4])
                             else:
                                 m.d.sync += emb_row.eq(mac.r_data.payload.data.as_value())
-                            m.d.sync += dcnt.eq(3)
+                            m.d.sync += emb_sent.eq(0)
                             m.next = nxt
             with m.State("EMB_W"):
                 m.d.comb += [in_pos.eq(1), emb_we.eq(1)]
