@@ -2,12 +2,12 @@
 
 Pure Python (imports engine classes for their constants, elaborates nothing). The chip
 (hw/sequencer.py) runs the ops of ``hw.program`` one after another, each op's feed and collect
-concurrently, except that a (non-head) MV ends as soon as the MAC array takes its command: its results
-drain into the VRF while the next ops run. A keep MV (activations already in the array) then waits
-for the array to take its command, a PLD for the array's store read port, and every other op for the
-last result (``PerfModel.position`` runs that timeline). In isolation:
+concurrently, except that a (non-head) MV ends as soon as its command is queued for the MAC array: the
+array works through the queued commands and the results drain into the VRF while the next ops run.
+An op waits only for the results it depends on (its sources; its destination if it writes the VRF),
+a PLD for the array's store read port (``PerfModel.position`` runs that timeline). In isolation:
 
-    op cycles = sequencer overhead of its class (DISPATCH, DESC, handshakes; ``SeqOverheads``)
+    op cycles = sequencer overhead of its class (DISPATCH, handshakes; ``SeqOverheads``)
               + the engine's own cycle formula (hw/*.py, cited per class below)
 
 Engine formulas used (no stalls):
@@ -32,7 +32,7 @@ The sequencer overheads (``SEQ``) and the two engine constants without a formula
 (``KDA_DRAIN`` from hw/kda_engine.py's docstring, ``MAC_INPUT_PASS``) were measured from the RTL with
 verification/phase_monitor.py on nano-g128-s48-long (``python -m verification.bench``), documented
 where they are defined. With them every op of nano-g128-s48-long is predicted to the cycle (the run
-to 1 cycle in 199,898: the load phase's read latency is jitter); nano-g64-s64-long, not used for
+to 1 cycle in 190,634: the load phase's read latency is jitter); nano-g64-s64-long, not used for
 fitting, checks them (other group → other issue cycles, longer MLA cache).
 
 Load phase: header (256 B), descriptor table, tensor block and token ids, each one read request
@@ -100,7 +100,7 @@ class SeqOverheads:
     mv: int = 4                  # an MV that feeds its activations: DISPATCH, MV_SCAN2, MV_CMD + feeder /
                                  # queue latency; its command is taken in its last cycle (its store
                                  # records were prefetched while the op before it ran)
-    keep_cmd: int = 1            # a keep MV's command is offered 1 cycle after it starts (DISPATCH)
+    keep_cmd: int = 1            # a keep MV's command is queued 1 cycle after it starts (DISPATCH)
                                  # and taken once the MAC array has issued the previous matvec
     mac_next: int = 1            # the MAC array takes the next command issue + 1 cycles after the last one
     mac_lock: int = 2            # its store read port is free (PLD reads) issue + 2 cycles after a command
@@ -109,6 +109,7 @@ class SeqOverheads:
     mv_done: int = 1             # the last result is written; the queue is empty one cycle later
     act_cmd: int = 1             # an MV started while the array issues: its convert pass (one transfer a
                                  # word) waits for the array, its command 1 cycle after the last word
+    cmd_fifo: int = 1            # a queued command reaches the MAC array 1 cycle after it is queued
     mac_input_pass: int = 3      # per WordFeeder → MacInput pass, beyond one cycle a word
     full_block: int = -1         # fan_out ≥ W: the last block's results leave one cycle earlier than
                                  # issue + LATENCY + chunks − 1 (MacArray docstring: 64→64 measured 46): its
@@ -217,7 +218,7 @@ class PerfModel:
         # chunk per 4 cycles; the head is issue-bound unless the writes alone take longer
         mac = issue + lat + 4 * chunks - 1 + 2 * full
         writes = 4 * (op.fan_out // self.hw.out_lanes)
-        return self.seq.mv + 1 + self.mv_feed(op) + max(mac, writes + self.seq.head)
+        return self.seq.mv + 1 + self.seq.cmd_fifo + self.mv_feed(op) + max(mac, writes + self.seq.head)
 
     def mix_cycles(self, n_cands: int, d: int) -> int:
         return ResMixer.latency(n_cands, d, self.hw.mix_lanes)
@@ -264,42 +265,46 @@ class PerfModel:
     # --- phases ----------------------------------------------------------------------------------
     def position(self, t: int) -> list[OpCost]:
         """Every op's cycles at position t, on a timeline (hw/sequencer.py): a non-head MV ends once its
-        command is taken while its results drain into the VRF. A keep MV's command waits for the MAC
-        array to take it; another MV, ROUTE and KDA / MLA feed segments wait for their sources' results,
-        every other op for all results. A PLD's copy runs in the background once the array leaves the
-        store port; the PRF readers, EMB and the next PLD wait for it."""
+        command is queued; the MAC array takes queued commands in order, and their results drain into
+        the VRF while the next ops run. An op waits for the results its sources (and, if it writes the
+        VRF, its destination) are still owed; a non-keep MV's activations wait for the array to finish
+        every queued command; the head, EMB and END wait for every result. A PLD's copy runs in the
+        background once the array leaves the store port; the PRF readers, EMB and the next PLD wait for it."""
         s = self.seq
         now, mac_free, port_free, pld_done = 0, 0, 0, 0
-        done: dict[int, int] = {}                    # queued matvec's slot -> cycle its results are written
+        owed: list[tuple[int, int]] = []             # (slot, cycle its result is written) of queued matvecs
         out = []
         for k, (op, ph) in enumerate(zip(self.ops, self.op_phases)):
             cost = self.op_cycles(op, t)
-            feeds_only = (op.opc == Opc.MV and not op.head or op.opc == Opc.ROUTE
-                          or op.opc in (Opc.KDA, Opc.MLA) and not op.last)
+            waits_all = op.opc in (Opc.EMB, Opc.END) or op.opc == Opc.MV and op.head
+            writes = op.opc in (Opc.RMS, Opc.MIX, Opc.EW, Opc.COMB) or op.opc in (Opc.KDA, Opc.MLA) and op.last
             wait = [0]                                      # DISPATCH waits for ...
             if op.opc in PRF_READERS or op.opc in (Opc.PLD, Opc.EMB):
                 wait.append(pld_done - now)                 # ... the PLD copy in flight
-            if feeds_only:
-                wait += [done[x] - now for x in op.srcs if x in done]     # ... its sources' results
+            if waits_all:
+                wait += [d - now for _, d in owed]          # ... every matvec result
             elif not (op.opc == Opc.MV and op.keep or op.opc == Opc.PLD):
-                wait += [d - now for d in done.values()]    # ... every matvec result
-                done = {}
+                hazards = set(op.srcs) | ({op.dst} if writes else set())
+                wait += [d - now for x, d in owed if x in hazards]     # ... the results it depends on
             cost += max(wait)
-            if op.opc == Opc.MV and op.keep:
-                cmd = max(now + s.keep_cmd, mac_free)
-            elif op.opc == Opc.PLD:
+            if op.opc == Opc.PLD:
                 first = max(now + cost - 1 + s.pld_read, port_free)     # command taken in the op's last cycle
                 pld_done = first + -(-op.nbeats // self.hw.banks) - 1 + s.pld_write
-            if op.opc == Opc.MV and not op.head:
-                if not op.keep:                             # its activations enter once the array is free
-                    cmd = max(now + cost - 1, mac_free + -(-op.fan_in // LANES) + s.act_cmd)
-                while sum(d > cmd for d in done.values()) >= MV_QUEUE:
-                    cmd = min(d for d in done.values() if d > cmd)
-                cost = cmd - now + 1
+            if op.opc == Opc.MV:
+                if op.keep:
+                    push = now + s.keep_cmd
+                else:                                       # its activations enter once the array is free
+                    push = max(now + cost - 1, mac_free + -(-op.fan_in // LANES) + s.act_cmd)
+                while not op.head and sum(d > push for _, d in owed) >= MV_QUEUE:
+                    push = min(d for _, d in owed if d > push)          # the result queue is full
+                cmd = max(push + s.cmd_fifo, mac_free)
+                if not op.head:
+                    cost = push - now + 1
                 mac_free = cmd + self.issue_cycles(op.fan_in, op.fan_out) + s.mac_next
                 port_free = cmd + self.issue_cycles(op.fan_in, op.fan_out) + s.mac_lock
-                done = {x: d for x, d in done.items() if d > cmd}
-                done[op.dst] = cmd + self.mac_cycles(op) + s.mv_done
+                owed = [(x, d) for x, d in owed if d > now]
+                if not op.head:
+                    owed.append((op.dst, cmd + self.mac_cycles(op) + s.mv_done))
             out.append(OpCost(k, op.opc.name, op.name, ph, cost))
             now += cost
         return out

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 from amaranth.hdl import Array, Cat, Const, Instance, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import stream, wiring
+from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.data import ArrayLayout, StructLayout, View
 from amaranth.lib.wiring import In, Out
 
@@ -306,7 +307,9 @@ class ChipCore(wiring.Component):
         wo = wf.o
         m.d.comb += [minp.i.payload.eq(wo.payload), minp.n.eq(op.n),
                      mla.i.payload.data.eq(wo.payload.data), mla.i.payload.pos.eq(pos)]
-        m.d.comb += [mac.act.payload.eq(minp.o.payload), mac.act.valid.eq(minp.o.valid), minp.o.ready.eq(mac.act.ready)]
+        act_open = Signal()                       # no queued command still needs the array's vector
+        m.d.comb += [mac.act.payload.eq(minp.o.payload), mac.act.valid.eq(minp.o.valid & act_open),
+                     minp.o.ready.eq(mac.act.ready & act_open)]
         with m.If(is_op(Opc.MLA)):
             m.d.comb += [mla.i.valid.eq(wo.valid), wo.ready.eq(mla.i.ready)]
         with m.Else():
@@ -349,11 +352,11 @@ class ChipCore(wiring.Component):
         mo = mac.o
         mla_o = mla.o
         # Matvec results are written by their own collector: a queue holds the destination slot of
-        # every matvec issued and not yet written (in issue order, as the MAC array returns them), so
-        # the sequencer moves on once a (non-head) matvec is issued. While the queue is not empty, DISPATCH
-        # lets only ops start that do not write the VRF themselves: a keep MV or a PLD at once; another
-        # MV, ROUTE, a KDA or MLA feed segment once none of its sources is a queued destination. The
-        # others wait for the queue to empty, so the collectors never write the VRF in the same cycle.
+        # every matvec queued and not yet written (in command order, as the MAC array returns them), so
+        # the sequencer moves on once a (non-head) matvec is queued. While the queue is not empty, DISPATCH
+        # starts a keep MV or a PLD at once; another op once none of its sources is a queued destination
+        # and, if it writes the VRF, its destination is not one either; the LM head, EMB and END wait for
+        # the queue to empty. The op's own VRF writes go first: a matvec result waits for a free cycle.
         mvq = Array(Signal(sb, name=f"mvq{k}") for k in range(MV_QUEUE))
         mvq_rd = Signal(range(MV_QUEUE), name="mvq_rd")
         mvq_wr = Signal(range(MV_QUEUE), name="mvq_wr")
@@ -367,9 +370,12 @@ class ChipCore(wiring.Component):
         src_queued = Signal()                     # a source of the op is a queued destination
         m.d.comb += src_queued.eq(Cat(*[(k < op.ns) & queued[e] & (mvq[e] == getattr(op, f"s{k}"))
                                         for k in range(4) for e in range(MV_QUEUE)]).any())
+        dst_queued = Signal()                     # the op's destination is a queued destination
+        m.d.comb += dst_queued.eq(Cat(*[queued[e] & (mvq[e] == op.dst) for e in range(MV_QUEUE)]).any())
+        vrf_taken = Signal()                      # the op's own results write the VRF this cycle
         with m.If(mvq_n != 0):
-            m.d.comb += mo.ready.eq(1)
-            with m.If(mo.valid):
+            m.d.comb += mo.ready.eq(~vrf_taken)
+            with m.If(mo.valid & ~vrf_taken):
                 m.d.comb += [vrf.w_en.eq(1), vrf.w_addr.eq(mvq[mvq_rd] * SW + mv_col),
                              vrf.w_data.eq(Cat(*[mo.payload.y[j] for j in range(L)])),
                              vrf.w_strb.eq((Const(1, 4 * L + 1) << (mo.payload.count * 4)) - 1)]
@@ -388,6 +394,7 @@ class ChipCore(wiring.Component):
                 m.d.sync += col_cnt.eq(col_cnt + 1)
                 with m.If(mla_o.payload.last):
                     m.d.sync += col_done.eq(1)
+        m.d.comb += vrf_taken.eq(e_valid | (is_op(Opc.MLA) & op.last & mla_o.valid) | emb_we)
         with m.If(emb_we):
             m.d.comb += [vrf.w_en.eq(1), vrf.w_addr.eq(dst_base + col_cnt), vrf.w_data.eq(emb_word),
                          vrf.w_strb.eq(-1)]
@@ -448,7 +455,13 @@ class ChipCore(wiring.Component):
             for c, k in elem_lanes.items():
                 with m.Case(c):
                     m.d.comb += ef.lanes_log2.eq(_log2(k))
-        mac_cmd = mac.i.payload
+        # Matvec commands wait in a FIFO for the MAC array, so the sequencer moves on while the array
+        # works through earlier ones. An MV's activations enter the array only with the FIFO empty (the
+        # queued commands still need the array's present vector).
+        cq = m.submodules.mv_cmd_fifo = SyncFIFO(width=mac.i.payload.shape().size, depth=MV_QUEUE)
+        mac_cmd = Signal(mac.i.payload.shape())
+        m.d.comb += [cq.w_data.eq(mac_cmd), mac.i.payload.eq(cq.r_data), mac.i.valid.eq(cq.r_rdy),
+                     cq.r_en.eq(mac.i.ready), act_open.eq(~cq.r_rdy)]
         fin_log2 = _log2_sig(m, op.fan_in)
         m.d.comb += [mac_cmd.q_beat.eq(dq[0]), mac_cmd.s_beat.eq(dq[1]), mac_cmd.z_beat.eq(dq[2]),
                      mac_cmd.fan_in.eq(op.fan_in), mac_cmd.fan_out_log2.eq(op.fan_out_log2),
@@ -609,9 +622,12 @@ class ChipCore(wiring.Component):
                 m.d.sync += col_target.eq(Mux(is_op(Opc.KDA), Mux(op.last, op.n_out, 0), op.n))
                 feeds_only = (is_op(Opc.MV) & ~head | is_op(Opc.ROUTE)
                               | (is_op(Opc.KDA) | is_op(Opc.MLA)) & ~op.last)     # no VRF writes of its own
+                writes_vrf = (is_op(Opc.RMS) | is_op(Opc.MIX) | is_op(Opc.EW) | is_op(Opc.COMB)
+                              | (is_op(Opc.KDA) | is_op(Opc.MLA)) & op.last)
                 needs_desc = is_op(Opc.EMB) | is_op(Opc.MV) | is_op(Opc.PLD)
                 with m.If(~pld_hold & (pf_hit | ~needs_desc)
-                          & ((is_op(Opc.MV) & op.keep) | is_op(Opc.PLD) | (feeds_only & ~src_queued) | (mvq_n == 0))):
+                          & ((is_op(Opc.MV) & op.keep) | is_op(Opc.PLD) | (feeds_only & ~src_queued)
+                             | (writes_vrf & ~src_queued & ~dst_queued) | (mvq_n == 0))):
                     m.d.comb += holding.eq(0)
                     m.d.sync += [dq[k].eq(pf_q[k]) for k in range(3)]
                     with m.Switch(op.opc):
@@ -700,8 +716,8 @@ class ChipCore(wiring.Component):
                 with m.If(~wf.busy & ~minp.o.valid):
                     m.next = "MV_CMD"
             with m.State("MV_CMD"):
-                m.d.comb += [in_pos.eq(1), mac.i.valid.eq(mvq_n != MV_QUEUE), minp.convert.eq(1)]
-                with m.If(mac.i.valid & mac.i.ready):
+                m.d.comb += [in_pos.eq(1), cq.w_en.eq(cq.w_rdy & (mvq_n != MV_QUEUE)), minp.convert.eq(1)]
+                with m.If(cq.w_en):
                     with m.If(head):
                         m.d.sync += [lw_sub.eq(0), lw_blk.eq(0), best_val.eq(-(1 << 31)), best_idx.eq(0)]
                         m.next = "MV_OUT"
