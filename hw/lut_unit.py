@@ -32,8 +32,10 @@ ApplyMant      v: signed(v_bits), mant: P, e: signed(e_bits)   y: saturated fxp_
 ============  ==============================================  ==================================  =======
 
 Stage plans (each stage is one register; the widest arithmetic of a stage is named):
-* LutEval: S1 ROM word {delta, base} + r registered (the msh_rom read is combinational from ``i.idx``),
-  S2 delta·r (delta_bits × interp_bits), S3 base + round_half_up(product / 2^interp_bits).
+* LutEval: S1 the knots of segment i from the two ROM banks (combinational reads from ``i.idx``):
+  delta = the difference of their low bits (low_bits wide) registered with the even-bank knot and r,
+  S2 delta·r (delta_bits × interp_bits) beside base = knot[i] (knot[i+1] − delta for an odd i),
+  S3 base + round_half_up(product / 2^interp_bits).
 * Sigmoid: S0 |x|, inside = |x| < range, sign; LutEval; S4 1 − σ for x < 0, 1 beyond the range.
 * Silu: Sigmoid (x delayed beside it); S5 x·σ (X.bits × P.bits); S6 round half up, saturate to X.
 * Exp2Neg: S0 split t into integer part n (clamped to base_bits + 1: every larger shift also gives
@@ -47,16 +49,17 @@ Stage plans (each stage is one register; the widest arithmetic of a stage is nam
   (a left shift where s ≤ 0), round half up, saturate to ``out_bits`` (signed or unsigned). ``e``
   must lie in the constructor's ``e_range`` (outside it the result is undefined).
 
-ROM: each LutEval owns one ``msh_rom`` instance (SPEC §5) with ``INIT_FILE = "<rom_dir>/<table>.hex"``.
-``lanes=2`` uses both combinational read ports (two lookups per cycle); with ``lanes=1`` port 2 is
-tied to address 0 and unused, unless the LutEval is given a ``RomPort`` instead: ``shared_rom`` puts
-one msh_rom of a table into a parent module and hands out its two read ports, so two single-lane
-LUT units in different engines share one macro (the function classes and the engines pass
-``port`` / ``roms`` through). ``$readmemh`` resolves a relative path against the working directory
-of the simulator or synthesis tool: the default ``rom_dir="roms"`` works when the tool runs in the
-emitted RTL folder (``rtl/``, whose ``roms/`` holds the files ``nano_k3.luts.write_roms`` writes; the
-cocotb tests emit into the simulator's build folder for this reason); pass an absolute ``rom_dir``
-to run from anywhere.
+ROM: each LutEval owns its table's two ``msh_rom`` banks (SPEC §5; ``nano_k3.luts`` documents the
+even / odd knot layout), ``INIT_FILE = "<rom_dir>/<table>_even.hex"`` and ``"<rom_dir>/<table>_odd.hex"``.
+``lanes=2`` uses both combinational read ports of each bank (two lookups per cycle); with ``lanes=1``
+ports 2 are tied to address 0 and unused, unless the LutEval is given a ``RomPort`` instead:
+``shared_rom`` puts the banks of a table into a parent module and hands out their two read ports, so
+two single-lane LUT units in different engines share one pair of macros (the function classes and
+the engines pass ``port`` / ``roms`` through). ``$readmemh`` resolves a relative path against the
+working directory of the simulator or synthesis tool: the default ``rom_dir="roms"`` works when the
+tool runs in the emitted RTL folder (``rtl/``, whose ``roms/`` holds the files
+``nano_k3.luts.write_roms`` writes; the cocotb tests emit into the simulator's build folder for this
+reason); pass an absolute ``rom_dir`` to run from anywhere.
 """
 from __future__ import annotations
 
@@ -171,23 +174,25 @@ class Streamed(wiring.Component):
 # --- the table evaluator --------------------------------------------------------------------------
 @dataclass(frozen=True)
 class RomPort:
-    """One read port of a table's msh_rom that ``shared_rom`` placed in another module: the LutEval
-    given the port drives ``addr``; ``data`` is the combinational read data."""
+    """One read port of each msh_rom bank (even, odd) of a table that ``shared_rom`` placed in another
+    module: the LutEval given the port drives ``addr``; ``data`` is the combinational read data."""
 
     table: str
-    addr: Signal
-    data: Signal
+    addr: tuple[Signal, Signal]     # (even bank, odd bank)
+    data: tuple[Signal, Signal]
 
 
 def shared_rom(m: Module, table: str, rom_dir: str, name: str) -> tuple[RomPort, RomPort]:
-    """Add one msh_rom of LUT ``table`` to ``m`` as submodule ``name``; returns its two read ports."""
-    t = luts.tables()[table]
-    ports = tuple(RomPort(table, Signal(t.index_bits, name=f"{name}_raddr{k + 1}"),
-                          Signal(t.width, name=f"{name}_rdata{k + 1}")) for k in range(2))
-    m.submodules[name] = Instance(
-        "msh_rom", p_DEPTH=t.depth, p_WIDTH=t.width, p_ADDRW=t.index_bits,
-        p_INIT_FILE=f"{rom_dir.rstrip('/')}/{table}.hex",
-        i_raddr1=ports[0].addr, o_rdata1=ports[0].data, i_raddr2=ports[1].addr, o_rdata2=ports[1].data)
+    """Add the two msh_rom banks of LUT ``table`` to ``m`` as submodules ``<name>_even`` / ``<name>_odd``;
+    returns their two read ports (port k reads both banks through their read port k + 1)."""
+    banks = luts.tables()[table].banks
+    ports = tuple(RomPort(table, tuple(Signal(b.addr_bits, name=f"{name}_{b.kind}_raddr{k}") for b in banks),
+                          tuple(Signal(b.width, name=f"{name}_{b.kind}_rdata{k}") for b in banks)) for k in (1, 2))
+    for j, b in enumerate(banks):
+        m.submodules[f"{name}_{b.kind}"] = Instance(
+            "msh_rom", p_DEPTH=b.depth, p_WIDTH=b.width, p_ADDRW=b.addr_bits,
+            p_INIT_FILE=f"{rom_dir.rstrip('/')}/{b.file}",
+            i_raddr1=ports[0].addr[j], o_rdata1=ports[0].data[j], i_raddr2=ports[1].addr[j], o_rdata2=ports[1].data[j])
     return ports
 
 
@@ -199,8 +204,8 @@ def port_of(roms, table: str, k: int = 0) -> RomPort | None:
 
 
 class LutEval(FixedPipe):
-    """``luts.tables()[name].lookup(idx, r)`` on ``lanes`` (1 or 2) lanes sharing one msh_rom, or on
-    one lane reading through ``port`` (a ``RomPort`` of ``shared_rom``)."""
+    """``luts.tables()[name].lookup(idx, r)`` on ``lanes`` (1 or 2) lanes sharing one pair of msh_rom
+    banks, or on one lane reading through ``port`` (a ``RomPort`` of ``shared_rom``)."""
 
     LATENCY = 3
 
@@ -220,31 +225,33 @@ class LutEval(FixedPipe):
         lane = StructLayout({"idx": unsigned(t.index_bits), "r": unsigned(t.interp_bits)})
         super().__init__(ArrayLayout(lane, lanes), ArrayLayout(unsigned(t.base_bits), lanes))
 
-    @property
-    def init_file(self) -> str:
-        return f"{self.rom_dir.rstrip('/')}/{self.lut.name}.hex"
-
     def elaborate(self, platform):
         m = Module()
         t, en = self.lut, self.en
         if self.port is not None:
-            words = [self.port.data]
-            m.d.comb += self.port.addr.eq(self.i[0].idx)
+            ports = (self.port,)
         else:
-            words = [Signal(t.width, name=f"rom_rdata{k + 1}") for k in range(2)]
-            addrs = [self.i[k].idx if k < self.lanes else Const(0, t.index_bits) for k in range(2)]
-            m.submodules.rom = Instance(
-                "msh_rom", p_DEPTH=t.depth, p_WIDTH=t.width, p_ADDRW=t.index_bits, p_INIT_FILE=self.init_file,
-                i_raddr1=addrs[0], o_rdata1=words[0], i_raddr2=addrs[1], o_rdata2=words[1])
-        half = 1 << (t.interp_bits - 1)
+            ports = shared_rom(m, t.name, self.rom_dir, "rom")
+            m.d.comb += [a.eq(0) for p in ports[self.lanes:] for a in p.addr]     # read port 2 unused
+        half, w = 1 << (t.interp_bits - 1), t.low_bits
         for k in range(self.lanes):
-            word1 = Signal(t.width, name=f"word1_{k}")
+            idx, (even_addr, odd_addr), (even_knot, odd_low) = self.i[k].idx, ports[k].addr, ports[k].data
+            odd = idx[0]
+            m.d.comb += [even_addr.eq((idx >> 1) + odd), odd_addr.eq(idx >> 1)]     # ceil(i/2), floor(i/2)
+            # even_knot is knot[i] (i even) or knot[i+1] (i odd), odd_low the low bits of the other knot. The
+            # low-bit subtraction sits behind the ROM read in S1 (5.5 ns at the slow corner with the ROM as
+            # logic, as ORFS maps it); the full-width one of the base runs beside the multiplier of S2.
+            lo, hi = Mux(odd, odd_low, even_knot[:w]), Mux(odd, even_knot[:w], odd_low)
+            delta1 = Signal(signed(t.delta_bits), name=f"delta1_{k}")
+            knot1 = Signal(t.knot_bits, name=f"knot1_{k}")
+            odd1 = Signal(name=f"odd1_{k}")
             r1 = Signal(t.interp_bits, name=f"r1_{k}")
             prod2 = Signal(signed(t.delta_bits + t.interp_bits + 1), name=f"prod2_{k}")
             base2 = Signal(t.base_bits, name=f"base2_{k}")
             with m.If(en):
-                m.d.sync += [word1.eq(words[k]), r1.eq(self.i[k].r),
-                             prod2.eq(word1[t.base_bits:].as_signed() * r1), base2.eq(word1[:t.base_bits]),
+                m.d.sync += [delta1.eq((hi - lo)[:w].as_signed()), knot1.eq(even_knot), odd1.eq(odd),
+                             r1.eq(self.i[k].r),
+                             prod2.eq(delta1 * r1), base2.eq(Mux(odd1, knot1 - delta1, knot1)),
                              self.o[k].eq(base2 + ((prod2 + half) >> t.interp_bits))]
         self._valid_chain(m)
         return m
@@ -625,7 +632,8 @@ def lut_unit_derived(chip_params) -> dict:
     lat = {"sigmoid": Sigmoid.LATENCY, "silu": Silu.LATENCY, "exp2": Exp2Neg.LATENCY, "decay": KdaDecay.LATENCY,
            "rsqrt": Rsqrt.LATENCY, "recip": Recip.LATENCY, "apply": ApplyMant.LATENCY}
     exp2 = luts.tables()["exp2"]
-    tabs = {name: {"depth": t.depth, "width": t.width, "index_bits": t.index_bits, "interp_bits": t.interp_bits}
+    tabs = {name: {"depth": t.depth, "index_bits": t.index_bits, "interp_bits": t.interp_bits,
+                   "banks": {b.kind: {"file": b.file, "depth": b.depth, "width": b.width} for b in t.banks}}
             for name, t in luts.tables().items()}
     return {"latency": max(lat.values()), "latencies": lat, "exp2_t_frac": exp2.index_bits + exp2.interp_bits,
             "apply_v_frac": p.apply_v_frac, "apply_out_frac": p.apply_out_frac,

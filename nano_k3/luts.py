@@ -1,21 +1,36 @@
 """Every lookup table of the chip: one generator, documented tables, ``$readmemh`` ROM files.
 
-All tables share one shape: ``depth = 2**index_bits`` entries, each a (base, delta) pair packed in
-one ROM word ``{delta (two's complement, delta_bits), base (unsigned, base_bits)}``, width a
-multiple of 8. Evaluation is piecewise-linear interpolation in integers (``Lut.lookup``):
+All tables share one shape: ``depth = 2**index_bits`` segments between ``depth + 1`` integer knots.
+Evaluation is piecewise-linear interpolation in integers (``Lut.lookup``):
 
-    y = base[i] + round_half_up(delta[i] * r / 2**interp_bits)
+    y = base[i] + round_half_up(delta[i] * r / 2**interp_bits),   base[i] = knot[i], delta[i] = knot[i+1] - knot[i]
 
-where ``i`` is the top bits of the (normalised) input and ``r`` the next ``interp_bits`` bits.
-``delta[i] = base(next knot) - base[i]`` is taken from the rounded knot values, so the
-interpolant is continuous. The knots are f(x_i) moved by half the mean sagitta of the two
-segments they end (equi-ripple: the chord error of a segment, h^2 f''/8, becomes +-h^2 f''/16),
-except knot 0 of recip and exp2, kept exact so that 1/1 and 2^0 are exactly 1.0 (a softmax's
-largest term is exactly 1; a one-element softmax returns its value). Floats appear only here,
-when the tables are built; the model and the chip see integers. ``tables()`` builds them once
-and caches them.
+where ``i`` is the top bits of the (normalised) input and ``r`` the next ``interp_bits`` bits;
+``base`` is unsigned (``base_bits``), ``delta`` two's complement (``delta_bits``). Since ``delta``
+is taken from the rounded knot values, the interpolant is continuous. The knots are f(x_i) moved by
+half the mean sagitta of the two segments they end (equi-ripple: the chord error of a segment,
+h^2 f''/8, becomes +-h^2 f''/16), except knot 0 of recip and exp2, kept exact so that 1/1 and 2^0
+are exactly 1.0 (a softmax's largest term is exactly 1; a one-element softmax returns its value).
+Floats appear only here, when the tables are built; the model and the chip see integers.
+``tables()`` builds them once and caches them.
 
-    python -m nano_k3.luts -o build/rtl/roms     # writes <name>.hex for every table + luts.json
+ROM image (``Lut.banks``): the knots in two msh_rom banks, so that the two knots of a segment come
+from one read of each bank in the same cycle. Word widths are multiples of 8 (SPEC section 5).
+
+* even bank ``<name>_even.hex``: knot[0], knot[2], ..., knot[depth] (depth/2 + 1 words), unsigned,
+  ``knot_bits`` wide (the largest knot's width, rounded up);
+* odd bank ``<name>_odd.hex``: knot[1], knot[3], ..., knot[depth-1] (depth/2 words), each modulo
+  2^``low_bits``, ``low_bits`` the two's complement width of the largest delta, rounded up. An odd
+  knot lies one delta from either even neighbour, so its low bits and that neighbour determine the
+  delta (the ``low_bits``-bit difference, sign-extended) and with it the odd knot.
+
+Segment i reads even[ceil(i/2)] and odd[floor(i/2)]: for i even, knot[i] and the low bits of
+knot[i+1] (base[i] = knot[i]); for i odd, the low bits of knot[i] and knot[i+1], so base[i] =
+knot[i+1] - delta[i]. That costs about 20 bits per segment where a {delta, base} word took 40.
+The knots are stored as they are: subtracting the smallest knot would save one or two bits of a
+24-bit word, never a byte.
+
+    python -m nano_k3.luts -o build/rtl/roms     # writes <name>_even.hex, <name>_odd.hex + luts.json
 """
 from __future__ import annotations
 
@@ -34,9 +49,40 @@ from .config import KDA_LOG_DECAY_MIN
 from .fxp_ops import ALPHA, T, X, round_shift
 
 
+def _byte_width(bits: int) -> int:
+    """``bits`` rounded up to an msh_rom word width (a multiple of 8, SPEC section 5)."""
+    return -(-bits // 8) * 8
+
+
+@dataclass(frozen=True)
+class RomBank:
+    """One msh_rom image of a table (``kind`` "even" or "odd"): ``depth`` words of ``width`` bits."""
+
+    table: str
+    kind: str
+    depth: int
+    width: int
+    words: np.ndarray = field(repr=False)   # (depth,) int64, unsigned
+
+    @property
+    def file(self) -> str:
+        return f"{self.table}_{self.kind}.hex"
+
+    @property
+    def addr_bits(self) -> int:
+        return max(1, (self.depth - 1).bit_length())
+
+    @property
+    def bits(self) -> int:
+        return self.depth * self.width
+
+    def hex_lines(self) -> list[str]:
+        return [f"{int(w):0{self.width // 4}x}" for w in self.words]
+
+
 @dataclass(frozen=True)
 class Lut:
-    """One ROM table; see the module docstring for the word layout and the evaluation rule."""
+    """One table; see the module docstring for the evaluation rule and the ROM banks."""
 
     name: str
     doc: str           # input domain and meaning, one line
@@ -50,37 +96,50 @@ class Lut:
     max_err: float = 0.0                   # measured max |interpolant - f| on a dense grid, real units
 
     def __post_init__(self) -> None:
-        if self.width % 8:
-            raise ValueError(f"LUT {self.name}: ROM width {self.width} is not a multiple of 8")
         if self.base.shape != (self.depth,) or self.delta.shape != (self.depth,):
             raise ValueError(f"LUT {self.name}: expected {self.depth} entries, got {self.base.shape}")
-        if self.base.min() < 0 or self.base.max() >= 1 << self.base_bits:
-            raise ValueError(f"LUT {self.name}: base outside {self.base_bits} unsigned bits")
+        if self.knots.min() < 0 or self.knots.max() >= 1 << self.base_bits:
+            raise ValueError(f"LUT {self.name}: knots {self.knots.min()}..{self.knots.max()} "
+                             f"outside {self.base_bits} unsigned bits")
         lim = 1 << (self.delta_bits - 1)
         if self.delta.min() < -lim or self.delta.max() >= lim:
             raise ValueError(f"LUT {self.name}: delta {self.delta.min()}..{self.delta.max()} "
                              f"outside {self.delta_bits} signed bits")
+        gap = np.flatnonzero(self.base[1:] != self.base[:-1] + self.delta[:-1])
+        if gap.size:      # the ROM holds knots only: base[i+1] must be base[i] + delta[i]
+            i = int(gap[0])
+            raise ValueError(f"LUT {self.name}: not continuous at segment {i}: base {self.base[i]} + delta "
+                             f"{self.delta[i]} != next base {self.base[i + 1]}")
 
     @property
     def depth(self) -> int:
         return 1 << self.index_bits
 
     @property
-    def width(self) -> int:
-        return self.base_bits + self.delta_bits
+    def knots(self) -> np.ndarray:
+        """(depth + 1,) int64: base, then the end of the last segment."""
+        return np.append(self.base, self.base[-1] + self.delta[-1])
+
+    @property
+    def knot_bits(self) -> int:
+        """Width of an even-bank word: a whole knot."""
+        return _byte_width(int(self.knots.max()).bit_length())
+
+    @property
+    def low_bits(self) -> int:
+        """Width of an odd-bank word: the low bits of a knot, enough to hold any delta in two's complement."""
+        return _byte_width(max(int(-self.delta.min()) - 1, int(self.delta.max())).bit_length() + 1)
+
+    @property
+    def banks(self) -> tuple[RomBank, RomBank]:
+        """(even, odd) ROM images: every even knot whole, the low ``low_bits`` bits of every odd knot."""
+        k = self.knots
+        return (RomBank(self.name, "even", self.depth // 2 + 1, self.knot_bits, k[0::2]),
+                RomBank(self.name, "odd", self.depth // 2, self.low_bits, k[1::2] & ((1 << self.low_bits) - 1)))
 
     @property
     def bits(self) -> int:
-        return self.depth * self.width
-
-    def words(self) -> list[int]:
-        """ROM words {delta, base} as Python ints."""
-        dmask = (1 << self.delta_bits) - 1
-        return [((int(d) & dmask) << self.base_bits) | int(b) for b, d in zip(self.base, self.delta)]
-
-    def hex_lines(self) -> list[str]:
-        digits = self.width // 4
-        return [f"{w:0{digits}x}" for w in self.words()]
+        return sum(b.bits for b in self.banks)
 
     def lookup(self, idx, r) -> np.ndarray:
         """The ROM read plus the interpolation multiply-add: idx in 0..depth-1, r in 0..2^interp_bits-1."""
@@ -91,7 +150,7 @@ class Lut:
 def _build(name: str, doc: str, f, x0: float, step: float, index_bits: int, interp_bits: int,
            out_frac: int, base_bits: int, delta_bits: int, max_knot: float | None = None,
            exact_at_0: bool = False) -> Lut:
-    """Tabulate f at knots x0 + i*step (i = 0..depth), pack (base, delta), measure the error."""
+    """Tabulate f at knots x0 + i*step (i = 0..depth), take (base, delta) from them, measure the error."""
     depth = 1 << index_bits
     knots = np.array([f(x0 + i * step) for i in range(depth + 1)], dtype=np.float64)
     mids = np.array([f(x0 + (i + 0.5) * step) for i in range(depth)], dtype=np.float64)
@@ -138,7 +197,7 @@ SIGMOID_INDEX = 11                    # step 16/2048 = 1/128
 SIGMOID_INTERP = X.frac + 4 - SIGMOID_INDEX
 DECAY_INDEX = 12                      # step 32/4096 = 1/128
 DECAY_INTERP = X.frac + 5 - DECAY_INDEX
-DECAY_DELTA_BITS = 17                 # max |delta| = 0.302 * 2^23 / 128 < 2^15; 23 + 17 = 40-bit words
+DECAY_DELTA_BITS = 16                 # max |delta| = 0.302 * 2^23 / 128 < 2^15
 
 
 def _rsqrt_lut() -> Lut:
@@ -188,18 +247,19 @@ def tables() -> dict[str, Lut]:
 
 
 def write_roms(out_dir: str | Path) -> list[Path]:
-    """Write ``<name>.hex`` (one word per line, $readmemh) for every table and a ``luts.json`` index."""
+    """Write every table's banks (``Lut.banks``: one word per line, $readmemh) and a ``luts.json`` index."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths, index = [], {}
     for t in tables().values():
-        p = out / f"{t.name}.hex"
-        p.write_text("\n".join(t.hex_lines()) + "\n")
-        paths.append(p)
-        index[t.name] = {"file": p.name, "depth": t.depth, "width": t.width, "base_bits": t.base_bits,
-                         "delta_bits": t.delta_bits, "index_bits": t.index_bits,
-                         "interp_bits": t.interp_bits, "out_frac": t.out_frac, "doc": t.doc,
-                         "max_abs_error": t.max_err}
+        for b in t.banks:
+            p = out / b.file
+            p.write_text("\n".join(b.hex_lines()) + "\n")
+            paths.append(p)
+        index[t.name] = {"banks": {b.kind: {"file": b.file, "depth": b.depth, "width": b.width} for b in t.banks},
+                         "depth": t.depth, "base_bits": t.base_bits, "delta_bits": t.delta_bits,
+                         "index_bits": t.index_bits, "interp_bits": t.interp_bits, "out_frac": t.out_frac,
+                         "doc": t.doc, "max_abs_error": t.max_err}
     (out / "luts.json").write_text(json.dumps(index, indent=2) + "\n")
     return paths
 
@@ -208,10 +268,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Generate the chip's LUT ROM hex files ($readmemh).")
     ap.add_argument("-o", "--out", required=True, help="output directory, e.g. build/rtl/roms")
     args = ap.parse_args(argv)
-    for p, t in zip(write_roms(args.out), tables().values()):
-        print(f"{p}: {t.depth} x {t.width} bits  max|err| {t.max_err:.2e}  {t.doc}")
+    write_roms(args.out)
+    for t in tables().values():
+        shapes = " + ".join(f"{b.file} {b.depth} x {b.width}" for b in t.banks)
+        print(f"{t.name}: {shapes} = {t.bits} bits  max|err| {t.max_err:.2e}  {t.doc}")
     total = sum(t.bits for t in tables().values())
-    print(f"total {total} bits ({total / 8192:.1f} KiB)")
+    print(f"total {total} bits ({total / 8192:.1f} KiB) in {args.out}")
     return 0
 
 

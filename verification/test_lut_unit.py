@@ -3,9 +3,9 @@
 Every result is compared bit for bit with the fixed-point model's functions (nano_k3.fxp_math:
 sigmoid, silu, exp2_neg, kda_decay, rsqrt, recip, apply_mant; called here, never re-implemented),
 under random input idle cycles and random output back-pressure. Payload layouts come from the
-``config.json`` rtl_gen wrote beside the Verilog; the msh_rom tables are the hex files
+``config.json`` rtl_gen wrote beside the Verilog; the msh_rom banks are the hex files
 ``nano_k3.luts.write_roms`` writes into ``<emitted dir>/roms`` (the simulator's working directory,
-so the default INIT_FILE ``roms/<table>.hex`` resolves).
+so the default INIT_FILEs ``roms/<table>_even.hex`` and ``roms/<table>_odd.hex`` resolve).
 
 Environment read by the cocotb side: NANO_K3_RTL_CONFIG (config.json, required), NANO_K3_LUT_CASES
 (random beats per test, default 1200), NANO_K3_SEED (default 20241130).
