@@ -8,7 +8,7 @@
   Full rate under no back-pressure.
 * ``WordFeeder``: whole VRF words (``LANES`` elements) of one slot, ``nw`` words from ``w0`` (MLA
   engine input, and both passes of ``hw.mac_input.MacInput``).
-* ``Combine``: ``nano_k3.fixed.moe_combine`` for one element per transfer.
+* ``Combine``: ``nano_k3.fixed.moe_combine``, ``lanes`` elements per transfer.
 Both feeders read 1 cycle after issuing and keep a 2-entry output queue with credit accounting (a
 read is issued only if its data has a free entry), so they never lose data under back-pressure.
 """
@@ -29,11 +29,12 @@ def _log2(v: int) -> int:
     return v.bit_length() - 1
 
 
-def feed_layout(max_n: int) -> StructLayout:
+def feed_layout(max_n: int, entries: int = MAX_SRCS, pa_params: int = 4, pb_params: int = 2) -> StructLayout:
+    """One feed transfer: ``entries`` X elements, ``pa_params`` / ``pb_params`` int16 of PRF a / b."""
     return StructLayout({
-        "data": ArrayLayout(signed(X.bits), MAX_SRCS),
-        "pa": unsigned(4 * PARAM_BITS),          # PRF a: one int16, or conv_k (<= 4) int16 taps
-        "pb": unsigned(2 * PARAM_BITS),          # PRF b: one int16, or two (two lanes)
+        "data": ArrayLayout(signed(X.bits), entries),
+        "pa": unsigned(pa_params * PARAM_BITS),  # PRF a: one int16 a lane, or conv_k int16 taps
+        "pb": unsigned(pb_params * PARAM_BITS),  # PRF b: one int16 a lane
         "idx": unsigned(max(1, (max_n - 1).bit_length())),
         "final": unsigned(1),                    # last transfer of the feed
     })
@@ -70,13 +71,15 @@ class ElemFeeder(wiring.Component):
     one cycle for every other element. A feed with ``interleave = 0`` has one source (``srcs[0]``) and
     reads one element per cycle. With
     ``lanes_log2`` = lg (K = 2^lg ≤ ``lanes``, n a multiple of K) a transfer carries K consecutive
-    elements i .. i + K − 1 of every source: ``data[k·K + j]`` = source k, element i + j (so ns·K ≤ 4),
-    ``pa`` and ``pb`` the PRF a / b entries from element i on (LIN mode), and the feed takes n/K
-    cycles (+ (ns − 1)·⌈n/16⌉ interleaved).
+    elements i .. i + K − 1 of every source: ``data[k·K + j]`` = source k, element i + j (so
+    ns·K ≤ ``entries``), ``pa`` and ``pb`` the PRF a / b entries from element i on (LIN mode; the
+    ``pa_params`` / ``pb_params`` int16 of a transfer), and the feed takes n/K cycles
+    (+ (ns − 1)·⌈n/16⌉ interleaved).
     """
 
     def __init__(self, *, slot_bits: int, slot_words: int, vrf_abits: int, prf_width: int, prf_abits: int,
-                 max_n: int, dh: int, conv_k: int, word_srcs: int = MAX_SRCS, lanes: int = 1):
+                 max_n: int, dh: int, conv_k: int, word_srcs: int = MAX_SRCS, lanes: int = 1,
+                 entries: int = MAX_SRCS, pa_params: int = 4, pb_params: int = 2):
         if conv_k > 4 or dh & (dh - 1):
             self._MustUse__silence = True
             raise ValueError(f"ElemFeeder: conv_k must be <= 4 and dh a power of two, got {conv_k}, {dh}")
@@ -84,10 +87,15 @@ class ElemFeeder(wiring.Component):
             self._MustUse__silence = True
             raise ValueError(f"ElemFeeder: word_srcs must be in 1..{MAX_SRCS}, got {word_srcs}")
         self.slot_words, self.prf_width, self.max_n, self.dh, self.conv_k = slot_words, prf_width, max_n, dh, conv_k
-        if lanes not in (1, 2, 4):
+        if lanes not in (1, 2, 4, 8) or lanes > entries:
             self._MustUse__silence = True
-            raise ValueError(f"ElemFeeder: lanes must be 1, 2 or 4 (the data entries of one transfer), got {lanes}")
-        self.word_srcs, self.lanes = word_srcs, lanes
+            raise ValueError(f"ElemFeeder: lanes must be 1, 2, 4 or 8 and at most entries={entries}, got {lanes}")
+        if pa_params < conv_k or pb_params < 1:
+            self._MustUse__silence = True
+            raise ValueError(f"ElemFeeder: pa_params={pa_params} must hold conv_k={conv_k} taps and pb_params="
+                             f"{pb_params} at least one int16")
+        self.word_srcs, self.lanes, self.entries = word_srcs, lanes, entries
+        self.pa_params, self.pb_params = pa_params, pb_params
         super().__init__({
             "start": In(1),
             "srcs": In(ArrayLayout(unsigned(slot_bits), MAX_SRCS)),
@@ -101,12 +109,12 @@ class ElemFeeder(wiring.Component):
             "vrf_re": Out(1), "vrf_raddr": Out(vrf_abits), "vrf_rdata": In(LANES * X.bits),
             "pa_re": Out(1), "pa_raddr": Out(prf_abits), "pa_rdata": In(prf_width),
             "pb_re": Out(1), "pb_raddr": Out(prf_abits), "pb_rdata": In(prf_width),
-            "o": Out(stream.Signature(feed_layout(max_n))),
+            "o": Out(stream.Signature(feed_layout(max_n, entries, pa_params, pb_params))),
         })
 
     def elaborate(self, platform):
         m = Module()
-        lay = feed_layout(self.max_n)
+        lay = feed_layout(self.max_n, self.entries, self.pa_params, self.pb_params)
         PB = self.prf_width // 8
         LL = _log2(LANES)
         active = Signal()
@@ -144,13 +152,13 @@ class ElemFeeder(wiring.Component):
             return vals[k, j]
 
         pdata = Signal(lay)
-        for d in range(MAX_SRCS):                     # data[k·lanes + j] = source k, element i + j
+        for d in range(self.entries):                 # data[k·lanes + j] = source k, element i + j
             with m.Switch(self.lanes_log2):
                 for lg in range(_log2(K) + 1):
                     with m.Case(lg):
                         m.d.comb += pdata.data[d].eq(src_val(d >> lg, d & ((1 << lg) - 1)))
-        m.d.comb += [pdata.pa.eq((self.pa_rdata >> (t_pa * 8))[:4 * PARAM_BITS]),
-                     pdata.pb.eq((self.pb_rdata >> (t_pb * 8))[:2 * PARAM_BITS]),
+        m.d.comb += [pdata.pa.eq((self.pa_rdata >> (t_pa * 8))[:self.pa_params * PARAM_BITS]),
+                     pdata.pb.eq((self.pb_rdata >> (t_pb * 8))[:self.pb_params * PARAM_BITS]),
                      pdata.idx.eq(t_i), pdata.final.eq(t_final)]
         q = _Queue2(m, self.o, lay, t_valid & t_push, pdata, t_valid & t_push)
         with m.If(t_valid & t_read & self.interleave):
@@ -249,19 +257,24 @@ class WordFeeder(wiring.Component):
 
 
 class Combine(wiring.Component):
-    """moe_combine per element: data[0] = shared (X), data[1..k] = expert outputs (X), weights RW."""
+    """moe_combine on ``lanes`` elements per transfer: ``i[k][j]`` = element j of source k (0: the shared
+    expert's output, 1..k: the chosen experts'), all X; ``weights`` RW; ``o[j]`` X."""
 
     LATENCY = 3
 
-    def __init__(self, *, max_n: int, top_k: int):
+    def __init__(self, *, top_k: int, lanes: int = 1):
         if not 1 <= top_k < MAX_SRCS:
             self._MustUse__silence = True
             raise ValueError(f"Combine: top_k must be in 1..{MAX_SRCS - 1}, got {top_k}")
-        self.top_k = top_k
+        if lanes not in (1, 2, 4):
+            self._MustUse__silence = True
+            raise ValueError(f"Combine: lanes must be 1, 2 or 4, got {lanes}")
+        self.top_k, self.lanes = top_k, lanes
+        el = ArrayLayout(signed(X.bits), lanes)
         super().__init__({
-            "i": In(stream.Signature(feed_layout(max_n))),
+            "i": In(stream.Signature(ArrayLayout(el, top_k + 1))),
             "weights": In(ArrayLayout(unsigned(RW.bits), top_k)),
-            "o": Out(stream.Signature(signed(X.bits))),
+            "o": Out(stream.Signature(el)),
         })
 
     def elaborate(self, platform):
@@ -270,19 +283,21 @@ class Combine(wiring.Component):
         en = Signal()
         v = [Signal(name=f"cv{j}") for j in range(3)]
         m.d.comb += [en.eq(~self.o.valid | self.o.ready), self.i.ready.eq(en)]
-        pw = X.bits + RW.bits + 1
-        prods = [Signal(signed(pw), name=f"cprod{j}") for j in range(k)]
-        sh = Signal(signed(pw))
-        tot = Signal(signed(pw + 2))
         with m.If(en):
             m.d.sync += [v[0].eq(self.i.valid), v[1].eq(v[0]), self.o.valid.eq(v[1])]
-            m.d.sync += sh.eq(self.i.payload.data[0] << RW.frac)
-            for j in range(k):
-                m.d.sync += prods[j].eq(self.i.payload.data[j + 1] * self.weights[j].as_unsigned())
-            total = sh
-            for p in prods:
-                total = total + p
-            m.d.sync += tot.eq(total)
-            r = (tot + (1 << (RW.frac - 1))) >> RW.frac
-            m.d.sync += self.o.payload.eq(Mux(r > X.hi, X.hi, Mux(r < X.lo, X.lo, r)))
+        pw = X.bits + RW.bits + 1
+        for lane in range(self.lanes):
+            prods = [Signal(signed(pw), name=f"cprod{j}_{lane}") for j in range(k)]
+            sh = Signal(signed(pw), name=f"cshared_{lane}")
+            tot = Signal(signed(pw + 2), name=f"ctot_{lane}")
+            with m.If(en):
+                m.d.sync += sh.eq(self.i.payload[0][lane] << RW.frac)
+                for j in range(k):
+                    m.d.sync += prods[j].eq(self.i.payload[j + 1][lane] * self.weights[j].as_unsigned())
+                total = sh
+                for p in prods:
+                    total = total + p
+                m.d.sync += tot.eq(total)
+                r = (tot + (1 << (RW.frac - 1))) >> RW.frac
+                m.d.sync += self.o.payload[lane].eq(Mux(r > X.hi, X.hi, Mux(r < X.lo, X.lo, r)))
         return m

@@ -1,4 +1,4 @@
-"""The MLA attention engine: KV cache in msh_sram, scores, base-2 softmax and context per head.
+"""The MLA attention engine: KV cache in msh_sram, scores, base-2 softmax and context, all heads at once.
 
 Reference: ``nano_k3.fixed.mla_attention`` on the growing cache (FixedModel._mla), bit for bit.
 The latent c = RN(h Wc, knorm) is the vector unit's RMSNorm (hw/vector_unit.py); the matvecs run
@@ -18,34 +18,44 @@ Output ``o``: per head, ceil(dv/L) beats of ``lanes`` X elements (lanes past dv 
 ``last`` on the final beat of the final head. ``busy``: a position is under way (low only while
 waiting for the first beat of the next position).
 
-Storage (msh_sram, SPEC §5): the cache keeps k and v, not the latent, so nothing is re-expanded:
-per position H*ceil(dk/L) + ceil(dr/L) (kr once, shared by the heads) + H*ceil(dv/L) words of
-L x X.bits. Nano (H 2, dk 32, dr 16, dv 32, L 16, X 32 bits, 64 positions): 9 words x 512 bits
-x 64 = 294,912 bits (the reference's per-head broadcast kr would cost 327,680; caching the latent
-c + kr instead, 144 values, would need the MAC array to re-expand every position's k and v).
-Plus a q buffer (H*(wk+wr) = 6 words x 512) and a score buffer (max_seq x T.bits = 64 x 32).
+Storage (msh_sram, SPEC §5): the cache keeps k and v, not the latent, so nothing is re-expanded. It is
+split into one bank per head, so that every head reads a word in every cycle: bank h (``kv_cache_<h>``)
+holds per position a row of kc_h (ceil(dk/L) words) then v_h (ceil(dv/L)), rows ceil(max_dk/L) +
+ceil(max_dv/L) words apart; kr (ceil(dr/L) words), shared by the heads, is stored once, in a region of
+bank 0 after its rows. Words are L x X.bits. Nano (H 2, dk 32, dr 16, dv 32, L 16, X 32 bits, 64
+positions): 320 + 256 words x 512 bits = 294,912 bits (the reference's per-head broadcast kr would cost
+327,680; caching the latent c + kr instead, 144 values, would need the MAC array to re-expand every
+position's k and v). Per head also a q buffer (ceil(dk/L) + ceil(dr/L) words, at least ceil(dv/L):
+after the score pass it holds the head's ctx beats until they are output) and a score buffer
+(max_seq x T.bits): 2 x (3 x 512 + 64 x 32) bits for nano.
 
-Datapath (one cache word per cycle, ``lanes`` shared multipliers, X.bits x X.bits):
-  score pass, per head: for j in 0..t the ceil(dk/L) + ceil(dr/L) words of q_h . k_j go through
-    products -> adder tree (two adder levels per register) -> word accumulator (exact) ->
-    X.fit(dot, X.frac) -> x score_const (alone in its stage) -> T.fit -> score buffer, running max.
-  context pass, per head and per L-wide chunk of v: for j in 0..t, max - t_j -> hw.lut_unit.Exp2Neg;
-    e_j x v_j in the same lane multipliers (the v read is issued late so it lands with e_j),
-    per-lane accumulators and sum e (exact); then numerator rounded to X.frac, hw.lut_unit.Recip of
-    sum e, hw.lut_unit.ApplyMant per lane (round, saturate to X).
-  A chunk's result waits in ``o`` until taken before the next chunk starts (so the fixed-latency
-  Recip/ApplyMant outputs, whose inputs hold meanwhile, are the payload: no output copy).
-Latency (no stalls, measured by the test): nano dims t = 0: 113 cycles from the first input beat
-to the last output beat, t = 31: 423, t = 63: 743 (≈ 15 load + H x ((t+1)(wk+wr) + (t+1) wv + ~44)).
-Throughput is one q.k word or one e.v word per cycle; more lanes shorten both passes (L = 32:
-≈ 430 cycles at t = 63) at the price of more multipliers. Overlapping a chunk's normalisation
-with the next chunk (needs a second output register) would save ~15 cycles per chunk.
+Datapath: per head ``lanes`` multipliers (X.bits x X.bits), an adder tree and accumulators. In every
+cycle each head reads the same word index of its own bank (a kr word is read once, from bank 0, and
+meets every head's qr), so all heads advance together:
+  score pass: for j in 0..t the ceil(dk/L) + ceil(dr/L) words of q_h . k_j go through products ->
+    adder tree (two adder levels per register) -> word accumulator (exact) -> X.fit(dot, X.frac); the
+    heads' scores of position j then take turns, one per cycle, through one x score_const (alone in
+    its stage) -> T.fit -> the head's score buffer and running max (so a position takes at least H cycles).
+  context pass, per L-wide chunk of v: for j in 0..t, max_h - t_j,h -> hw.lut_unit.Exp2Neg per head;
+    e_j x v_j in the lane multipliers (the v read is issued late so it lands with e_j), per-lane
+    accumulators and sum e (exact); then the heads, one per cycle, through one hw.lut_unit.Recip of
+    sum e and one row of hw.lut_unit.ApplyMant on the numerator rounded to X.frac (round, saturate
+    to X), into the head's q buffer. The next chunk starts once the last head's beat is written.
+  output: the q buffers, head by head, one beat per cycle while ``o`` is ready.
+exp2 tables: head k reads the k-th exp2 port of ``roms``; heads without one share msh_roms owned
+here, two heads per ROM (its two read ports).
+Latency (no stalls; MlaParams.cycles, checked by the test at every position): nano dims t = 0: 72
+cycles from the first input beat to the last output beat, t = 31: 227, t = 63: 387 (15 load +
+(t+1)(wk+wr) + 10 + wv ((t+1) + 21): 5 cycles per cached position for both heads). Throughput is
+one q.k word or one e.v word per cycle for every head; more lanes shorten both passes (L = 32:
+≈ 230 cycles at t = 63) at the price of more multipliers. Overlapping a chunk's normalisation with
+the next chunk (needs a copy of the accumulators) would save ~20 cycles per chunk.
 """
 from __future__ import annotations
 
 import dataclasses
 
-from amaranth.hdl import ClockSignal, Const, Instance, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Array, Cat, ClockSignal, Const, Instance, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import stream, wiring
 from amaranth.lib.data import ArrayLayout, StructLayout
 from amaranth.lib.wiring import In, Out
@@ -53,7 +63,7 @@ from amaranth.lib.wiring import In, Out
 from nano_k3.fxp_ops import P, T, X
 
 from hw.params import require_instance
-from hw.lut_unit import ApplyMant, Exp2Neg, Recip, clamp, port_of, round_shift_const
+from hw.lut_unit import ApplyMant, Exp2Neg, Recip, clamp, delay, port_of, round_shift_const, shared_rom
 from hw.mla_params import NUM_FRAC, MlaParams
 from hw.mla_params import PRESETS as MLA_PRESETS
 
@@ -83,11 +93,27 @@ class _Sram:
             i_re=self.r_en, i_raddr=self.r_addr, o_rdata=self.r_data)
 
 
+def _adder_tree(m: Module, level: list, bits: int, name: str):
+    """Sum of ``level`` in ``bits``-wide registers, two adder levels (four terms) per register;
+    returns (sum, registers deep)."""
+    depth = 0
+    while len(level) > 1:
+        nxt = []
+        for g0 in range(0, len(level), 4):
+            grp = level[g0:g0 + 4]
+            total = Signal(signed(bits), name=f"{name}_{len(level)}_{g0}")
+            m.d.sync += total.eq(sum(grp[1:], grp[0]))
+            nxt.append(total)
+        level, depth = nxt, depth + 1
+    return level[0], depth
+
+
 class MlaEngine(wiring.Component):
     """MLA cache + attention (see the module docstring for ports, order and timing)."""
 
     def __init__(self, params: MlaParams, *, rom_dir: str = "roms", roms=None):
-        """``roms``: shared-ROM ports by table name (``hw.lut_unit.shared_rom``), else each LUT owns its ROM."""
+        """``roms``: shared-ROM ports by table name (``hw.lut_unit.shared_rom``; exp2 port k serves head k),
+        else the engine owns its ROMs."""
         require_instance(self, params, MlaParams)
         if not isinstance(rom_dir, str) or not rom_dir:
             self._MustUse__silence = True
@@ -108,31 +134,47 @@ class MlaEngine(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         p = self.params
-        L, lg = p.lanes, p.lanes_log2
+        L, lg, HM = p.lanes, p.lanes_log2, p.max_heads
         XB = X.bits
+        head = unsigned(max(1, (HM - 1).bit_length()))     # a head index (at least one bit for the Verilog)
         seq, wb = p.seq_bits, 16        # wb: width of small word counters / offsets
-        addr_w = max(1, (p.cache_depth - 1).bit_length())
 
-        cache = _Sram(m, "kv_cache", p.cache_depth, p.word_bits)
-        qbuf = _Sram(m, "q_buf", p.qbuf_depth, p.word_bits)
-        tbuf = _Sram(m, "t_buf", p.max_seq, p.tbuf_bits)
+        banks = [_Sram(m, f"kv_cache_{k}", p.bank_depth(k), p.word_bits) for k in range(HM)]
+        qbufs = [_Sram(m, f"q_buf_{k}", p.qbuf_depth, p.word_bits) for k in range(HM)]
+        tbufs = [_Sram(m, f"t_buf_{k}", p.max_seq, p.tbuf_bits) for k in range(HM)]
+        addr_w = banks[0].addr_bits
 
         # Runtime geometry, registered from the static configuration inputs.
         H, dk, dr, dv = (Signal(p.dim_bits, name=n) for n in ("H", "dk_r", "dr_r", "dv_r"))
-        wk, wr, wv, wq = (Signal(wb, name=n) for n in ("wk", "wr", "wv", "wq"))
-        hwk, voff = Signal(wb), Signal(wb)
+        wk, wr, wv, wq, ws = (Signal(wb, name=n) for n in ("wk", "wr", "wv", "wq", "ws"))
         c_r = Signal(p.c_bits)
+        # ws: cycles per position of the score pass, the q.k words but at least H, since the shared
+        # score scaling takes the heads' scores of a position one per cycle.
         m.d.sync += [H.eq(self.heads), dk.eq(self.dk), dr.eq(self.dr), dv.eq(self.dv), c_r.eq(self.score_const),
                      wk.eq((dk + L - 1) >> lg), wr.eq((dr + L - 1) >> lg), wv.eq((dv + L - 1) >> lg),
-                     wq.eq(wk + wr), hwk.eq(H * wk), voff.eq(hwk + wr)]
+                     wq.eq(wk + wr), ws.eq(Mux(wk + wr > H, wk + wr, H))]
+
+        def row(pos):                           # position pos's kc_h / v_h row in every bank
+            return pos * p.row_words
+
+        def kr_row(pos):                        # its kr in bank 0
+            return p.kr_base + pos * p.words(p.max_dr)
+
+        def head_by_head(start, name):
+            """(head, valid): the heads 0 .. H-1, one per cycle, from the cycle after a ``start`` pulse."""
+            hd, v = Signal(head, name=f"{name}_h"), Signal(name=f"{name}_v")
+            with m.If(start):
+                m.d.sync += [hd.eq(0), v.eq(1)]
+            with m.Elif(hd == H - 1):
+                m.d.sync += v.eq(0)
+            with m.Elif(v):
+                m.d.sync += hd.eq(hd + 1)
+            return hd, v
 
         t_r = Signal(seq)                       # current position
-        base_t = Signal(addr_w)                 # its cache row
-        m.d.sync += base_t.eq(t_r * p.stride)
 
-        # ---------------- load: q -> q buffer, k/v -> cache row t ----------------------------------
-        h, w = Signal(p.dim_bits), Signal(wb)   # head and word-in-segment counters (load and compute)
-        q_wa, kv_off = Signal(qbuf.addr_bits), Signal(addr_w)
+        # ---------------- load: q -> q buffers, k/v -> cache row t ---------------------------------
+        h, w = Signal(p.dim_bits), Signal(wb)   # head and word-in-segment counters (load, ctx chunk, output)
         seg_d, seg_w = Signal(p.dim_bits), Signal(wb)
         seg_end = Signal()
         take = Signal()
@@ -140,32 +182,30 @@ class MlaEngine(wiring.Component):
         masked = Signal(ArrayLayout(signed(XB), L))
         for k in range(L):
             m.d.comb += masked[k].eq(Mux(((w << lg) + k) < seg_d, self.i.payload.data[k], 0))
-        m.d.comb += [qbuf.w_data.eq(masked.as_value()), cache.w_data.eq(masked.as_value()),
-                     cache.w_addr.eq(base_t + kv_off)]
+        m.d.comb += [s.w_data.eq(masked.as_value()) for s in banks + qbufs]
 
         # ---------------- compute counters ---------------------------------------------------------
         j = Signal(seq)
-        base_j = Signal(addr_w)
-        n = Signal(wb)                          # word within the q.k dot
-        koff = Signal(addr_w)                   # cache offset of that word in a row
-        qhead, khead, vcol = Signal(qbuf.addr_bits), Signal(addr_w), Signal(addr_w)
-        mode_ctx = Signal()                     # shared multipliers: A = e (context) or q (score)
+        n = Signal(wb)                          # cycle within a position of the score pass
+        mode_ctx = Signal()                     # context pass: multiplier A = e (else q), bank reads trail t reads
 
         # Score-pass issue flags and context-pass issue flags.
-        s_iss = Signal(StructLayout({"v": 1, "first": 1, "last": 1, "jlast": 1, "j": seq}))
+        s_iss = Signal(StructLayout({"v": 1, "first": 1, "last": 1, "kr": 1, "jlast": 1, "j": seq}))
         c_iss = Signal(StructLayout({"v": 1, "first": 1, "last": 1}))
-        c_addr = Signal(addr_w)
-        m.d.comb += [qbuf.r_addr.eq(qhead + n), qbuf.r_en.eq(s_iss.v), tbuf.r_addr.eq(j), tbuf.r_en.eq(c_iss.v),
-                     c_addr.eq(base_j + vcol)]
+        m.d.comb += [q.r_addr.eq(n) for q in qbufs] + [q.r_en.eq(s_iss.v) for q in qbufs]
+        m.d.comb += [tb.r_addr.eq(j) for tb in tbufs] + [tb.r_en.eq(c_iss.v) for tb in tbufs]
+        s_addr = Mux(n < wk, row(j) + n, kr_row(j) + n - wk)
+        for k, b in enumerate(banks):           # the kr words come from bank 0 alone
+            m.d.comb += [b.r_en.eq(s_iss.v & ~s_iss.kr if k else s_iss.v), b.r_addr.eq(s_addr)]
 
         score_done = Signal()
-        last_r = Signal()                   # the last t of the head has been written
-        out_taken = Signal()
-        m.d.comb += out_taken.eq(self.o.valid & self.o.ready)
+        norm_done = Signal()
+        last_r = Signal()                       # o holds the final beat of the position
+        o_h = Signal(head)                      # the head whose q buffer o reads
 
         # The controller: a state register with one If per state (no casez over an FSM register, so
         # the generated Verilog lints clean without CASEINCOMPLETE waivers).
-        states = ("QC", "QR", "KC", "KR", "V", "SCORE", "SCORE_DRAIN", "CTX", "CTX_WAIT")
+        states = ("QC", "QR", "KC", "KR", "V", "SCORE", "SCORE_DRAIN", "CTX", "CTX_NORM", "OUT")
         code = {name: k + 1 for k, name in enumerate(states)}     # no state 0: `state == 0` lints as `!state`
         state = Signal(range(len(states) + 1), init=code["QC"])
 
@@ -175,185 +215,191 @@ class MlaEngine(wiring.Component):
         def _goto(name):
             m.d.sync += state.eq(code[name])
 
-        def load_state(name, d, words, nxt_same_head, nxt_head_wrap, to_q: bool, head_loop: bool,
-                       first_state: bool = False):
+        def load_state(name, d, words, srams, addr, nxt, after_last_head=None):
+            """Take a segment of ``words`` beats (elements from ``d`` on masked) into srams[h] at ``addr``;
+            then ``nxt``, or for a segment per head: the next head and ``nxt``, ``after_last_head`` after H-1."""
             with in_state(name):
-                m.d.comb += [self.i.ready.eq(1), seg_d.eq(d), seg_w.eq(words)]
-                m.d.comb += (qbuf.w_en if to_q else cache.w_en).eq(take)
-                m.d.comb += self.busy.eq(1 if not first_state else ((h != 0) | (w != 0)))
-                if first_state:
-                    m.d.comb += qbuf.w_addr.eq(Mux(~h.any() & ~w.any(), 0, q_wa))
-                elif to_q:
-                    m.d.comb += qbuf.w_addr.eq(q_wa)
+                m.d.comb += [self.i.ready.eq(1), self.busy.eq(1), seg_d.eq(d), seg_w.eq(words)]
+                m.d.comb += [s.w_en.eq(take & (h == k)) for k, s in enumerate(srams)]
+                m.d.comb += [s.w_addr.eq(addr) for s in srams]
                 with m.If(take):
-                    if first_state:
-                        with m.If(~h.any() & ~w.any()):
-                            m.d.sync += [t_r.eq(self.i.payload.pos), q_wa.eq(1), kv_off.eq(0)]
-                        with m.Else():
-                            m.d.sync += q_wa.eq(q_wa + 1)
-                    elif to_q:
-                        m.d.sync += q_wa.eq(q_wa + 1)
-                    else:
-                        m.d.sync += kv_off.eq(kv_off + 1)
                     m.d.sync += w.eq(w + 1)
                     with m.If(seg_end):
                         m.d.sync += w.eq(0)
-                        if head_loop:
+                        if after_last_head is None:
+                            nxt()
+                        else:
                             with m.If(h == H - 1):
                                 m.d.sync += h.eq(0)
-                                nxt_head_wrap()
+                                after_last_head()
                             with m.Else():
                                 m.d.sync += h.eq(h + 1)
-                                nxt_same_head()
-                        else:
-                            nxt_same_head()
+                                nxt()
 
         def start_scores():
-            m.d.sync += [j.eq(0), base_j.eq(0), n.eq(0), koff.eq(0), qhead.eq(0), khead.eq(0),
-                         mode_ctx.eq(0)]
+            m.d.sync += mode_ctx.eq(0)
             _goto("SCORE")
 
-        load_state("QC", dk, wk, lambda: _goto("QR"), None, to_q=True, head_loop=False, first_state=True)
-        load_state("QR", dr, wr, lambda: _goto("QC"), lambda: _goto("KC"), to_q=True, head_loop=True)
-        load_state("KC", dk, wk, lambda: _goto("KC"), lambda: _goto("KR"), to_q=False, head_loop=True)
-        load_state("KR", dr, wr, lambda: _goto("V"), None, to_q=False, head_loop=False)
-        load_state("V", dv, wv, lambda: _goto("V"), start_scores, to_q=False, head_loop=True)
+        load_state("QC", dk, wk, qbufs, w, lambda: _goto("QR"))
+        load_state("QR", dr, wr, qbufs, wk + w, lambda: _goto("QC"), lambda: _goto("KC"))
+        load_state("KC", dk, wk, banks, row(t_r) + w, lambda: _goto("KC"), lambda: _goto("KR"))
+        load_state("KR", dr, wr, banks[:1], kr_row(t_r) + w, lambda: _goto("V"))     # h is 0 here
+        load_state("V", dv, wv, banks, row(t_r) + wk + w, lambda: _goto("V"), start_scores)
+        with in_state("QC"):                    # the first beat of a position carries pos
+            first = (h == 0) & (w == 0)
+            m.d.comb += self.busy.eq(~first)
+            with m.If(take & first):
+                m.d.sync += t_r.eq(self.i.payload.pos)
 
         with in_state("SCORE"):
-            # one q.k word per cycle: kc_h words then the shared kr words, for j = 0..t
-            m.d.comb += [self.busy.eq(1), s_iss.v.eq(1), s_iss.first.eq(~n.any()), s_iss.last.eq(n == wq - 1),
-                         s_iss.jlast.eq(j == t_r), s_iss.j.eq(j),
-                         cache.r_en.eq(1), cache.r_addr.eq(base_j + koff)]
-            m.d.sync += [n.eq(n + 1), koff.eq(Mux(n == wk - 1, hwk, koff + 1))]
-            with m.If(n == wq - 1):
-                m.d.sync += [n.eq(0), koff.eq(khead), j.eq(j + 1), base_j.eq(base_j + p.stride)]
+            # every head's q.k word n of position j per cycle: kc_h words, then the shared kr words
+            m.d.comb += [self.busy.eq(1), s_iss.v.eq(n < wq), s_iss.first.eq(n == 0), s_iss.last.eq(n == wq - 1),
+                         s_iss.kr.eq(n >= wk), s_iss.jlast.eq(j == t_r), s_iss.j.eq(j)]
+            m.d.sync += n.eq(n + 1)
+            with m.If(n == ws - 1):
+                m.d.sync += [n.eq(0), j.eq(j + 1)]
                 with m.If(j == t_r):
+                    m.d.sync += j.eq(0)
                     _goto("SCORE_DRAIN")
         with in_state("SCORE_DRAIN"):
             m.d.comb += self.busy.eq(1)
             with m.If(score_done):
-                m.d.sync += [j.eq(0), base_j.eq(0), w.eq(0), vcol.eq(voff + h * wv), mode_ctx.eq(1)]
+                m.d.sync += mode_ctx.eq(1)
                 _goto("CTX")
         with in_state("CTX"):
-            m.d.comb += [self.busy.eq(1), c_iss.v.eq(1), c_iss.first.eq(~j.any()), c_iss.last.eq(j == t_r)]
-            m.d.sync += [j.eq(j + 1), base_j.eq(base_j + p.stride)]
+            # every head's e_j x v_j of chunk w per cycle
+            m.d.comb += [self.busy.eq(1), c_iss.v.eq(1), c_iss.first.eq(j == 0), c_iss.last.eq(j == t_r)]
+            m.d.sync += j.eq(j + 1)
             with m.If(j == t_r):
-                _goto("CTX_WAIT")
-        with in_state("CTX_WAIT"):
+                m.d.sync += j.eq(0)
+                _goto("CTX_NORM")
+        with in_state("CTX_NORM"):
             m.d.comb += self.busy.eq(1)
-            with m.If(out_taken):
-                m.d.sync += [j.eq(0), base_j.eq(0)]
+            with m.If(norm_done):
                 with m.If(w != wv - 1):
-                    m.d.sync += [w.eq(w + 1), vcol.eq(vcol + 1)]
+                    m.d.sync += w.eq(w + 1)
                     _goto("CTX")
-                with m.Elif(h != H - 1):
-                    m.d.sync += [h.eq(h + 1), w.eq(0), n.eq(0), mode_ctx.eq(0),
-                                 qhead.eq(qhead + wq), khead.eq(khead + wk), koff.eq(khead + wk)]
-                    _goto("SCORE")
                 with m.Else():
-                    m.d.sync += [h.eq(0), w.eq(0)]
+                    m.d.sync += w.eq(0)
+                    _goto("OUT")
+        with in_state("OUT"):
+            # the ctx beats from the q buffers, head by head; a read only when o is free or being taken
+            m.d.comb += self.busy.eq(1)
+            with m.If(self.o.valid & last_r):
+                with m.If(self.o.ready):
+                    m.d.sync += self.o.valid.eq(0)
                     _goto("QC")
+            with m.Elif(~self.o.valid | self.o.ready):
+                for k, q in enumerate(qbufs):
+                    m.d.comb += [q.r_en.eq(h == k), q.r_addr.eq(w)]
+                m.d.sync += [self.o.valid.eq(1), o_h.eq(h), last_r.eq((h == H - 1) & (w == wv - 1)), w.eq(w + 1)]
+                with m.If(w == wv - 1):
+                    m.d.sync += [w.eq(0), h.eq(Mux(h == H - 1, 0, h + 1))]
+        out_word = Array(q.r_data for q in qbufs)[o_h]
+        m.d.comb += [self.o.payload.data.eq(out_word), self.o.payload.last.eq(last_r)]
 
-        # ---------------- context-pass timing: the v read trails the t read by CTX_V_DELAY cycles ----------
+        # ---------------- context-pass timing: the v read trails the t read by v_delay cycles ------------
         # t_j read (1) -> max - t_j register (1) -> Exp2Neg (LATENCY): e_j meets v_j at the multipliers.
         v_delay = 2 + Exp2Neg.LATENCY - 1
-        ca = [Signal(addr_w, name=f"c_addr_{k}") for k in range(v_delay)]
-        cv = [Signal(name=f"c_rd_{k}") for k in range(v_delay)]
-        m.d.sync += [ca[0].eq(c_addr), cv[0].eq(c_iss.v)]
-        m.d.sync += [ca[k].eq(ca[k - 1]) for k in range(1, v_delay)] + [cv[k].eq(cv[k - 1]) for k in range(1, v_delay)]
+        c_addr = Signal(addr_w)
+        m.d.comb += c_addr.eq(row(j) + wk + w)
+        c_rd, c_rd_addr = delay(m, 1, c_iss.v, v_delay, "c_rd"), delay(m, 1, c_addr, v_delay, "c_addr")
         with m.If(mode_ctx):
-            m.d.comb += [cache.r_en.eq(cv[-1]), cache.r_addr.eq(ca[-1])]
+            m.d.comb += [b.r_en.eq(c_rd) for b in banks] + [b.r_addr.eq(c_rd_addr) for b in banks]
 
-        # ---------------- shared lane multipliers ------------------------------------------------------
-        m.submodules.exp2 = exp2 = Exp2Neg(t_bits=p.dt_bits, rom_dir=self.rom_dir, port=port_of(self.roms, "exp2"))
-        e_now = exp2.o.y
-        q_word = qbuf.r_data[:L * XB]
-        k_word = cache.r_data[:L * XB]
-        prod = [Signal(signed(p.prod_bits), name=f"prod_{k}") for k in range(L)]
-        for k in range(L):
-            a = Mux(mode_ctx, e_now, q_word[k * XB:(k + 1) * XB].as_signed())
-            m.d.sync += prod[k].eq(a * k_word[k * XB:(k + 1) * XB].as_signed())
+        # ---------------- lane multipliers, one set per head -------------------------------------------
+        # exp2 tables: the given shared-ROM ports first, then one msh_rom owned here per two heads.
+        exp2_ports = [port_of(self.roms, "exp2", k) for k in range(HM)]
+        own = [k for k, port in enumerate(exp2_ports) if port is None]
+        for r in range(0, len(own), 2):
+            for k, port in zip(own[r:r + 2], shared_rom(m, "exp2", self.rom_dir, f"exp2_rom_{r // 2}")):
+                exp2_ports[k] = port
+        exp2 = [Exp2Neg(t_bits=p.dt_bits, rom_dir=self.rom_dir, port=port) for port in exp2_ports]
+        for k, e in enumerate(exp2):
+            m.submodules[f"exp2_{k}"] = e
+        f1 = Signal.like(s_iss)
+        m.d.sync += f1.eq(s_iss)                       # f1 travels with the SRAM read data
+        prod = [[Signal(signed(p.prod_bits), name=f"prod_{hd}_{k}") for k in range(L)] for hd in range(HM)]
+        for hd in range(HM):
+            q_word = qbufs[hd].r_data[:L * XB]
+            k_word = Mux(f1.kr, banks[0].r_data, banks[hd].r_data)[:L * XB] if hd else banks[0].r_data[:L * XB]
+            for k in range(L):
+                a = Mux(mode_ctx, exp2[hd].o.y, q_word[k * XB:(k + 1) * XB].as_signed())
+                m.d.sync += prod[hd][k].eq(a * k_word[k * XB:(k + 1) * XB].as_signed())
 
         # ---------------- score pass ------------------------------------------------------------------
-        f1, f2 = Signal.like(s_iss), Signal.like(s_iss)
-        m.d.sync += [f1.eq(s_iss), f2.eq(f1)]         # f2 travels with prod
-        level, flags = prod, f2
-        while len(level) > 1:                          # adder tree, two levels per register
-            nxt = []
-            for g0 in range(0, len(level), 4):
-                grp = level[g0:g0 + 4]
-                s_ = Signal(signed(p.dot_bits), name=f"tree_{len(level)}_{g0}")
-                total = grp[0]
-                for x in grp[1:]:
-                    total = total + x
-                m.d.sync += s_.eq(total)
-                nxt.append(s_)
-            fl = Signal.like(s_iss, name=f"tree_f_{len(level)}")
-            m.d.sync += fl.eq(flags)
-            level, flags = nxt, fl
-        word_dot = level[0]
-        dot, fa = Signal(signed(p.dot_bits)), Signal.like(s_iss)
-        m.d.sync += fa.eq(flags)
-        with m.If(flags.v):
-            m.d.sync += dot.eq(Mux(flags.first, 0, dot) + word_dot)
-        # score = X.fit(dot, X.frac): round half up, saturate
-        score = Signal(signed(XB))
-        sv, sj, sjl = Signal(), Signal(seq), Signal()
-        m.d.sync += [sv.eq(fa.v & fa.last), sj.eq(fa.j), sjl.eq(fa.jlast),
-                     score.eq(clamp(round_shift_const(dot, X.frac), X.lo, X.hi))]
+        f2 = Signal.like(s_iss)
+        m.d.sync += f2.eq(f1)                          # f2 travels with prod
+        word_dots, depth = zip(*(_adder_tree(m, prod[hd], p.dot_bits, f"tree_{hd}") for hd in range(HM)))
+        fd = delay(m, 1, f2, depth[0], "tree_f")       # travels with the word dots
+        dots = [Signal(signed(p.dot_bits), name=f"dot_{hd}") for hd in range(HM)]
+        with m.If(fd.v):
+            m.d.sync += [dots[hd].eq(Mux(fd.first, 0, dots[hd]) + word_dots[hd]) for hd in range(HM)]
+        fa = Signal.like(s_iss)
+        m.d.sync += fa.eq(fd)
+        # score = X.fit(dot, X.frac): round half up, saturate; held ws >= H cycles for the shared scaling
+        fin = Signal()
+        m.d.comb += fin.eq(fa.v & fa.last)
+        scores = [Signal(signed(XB), name=f"score_{hd}") for hd in range(HM)]
+        sj, sjl = Signal(seq), Signal()
+        with m.If(fin):
+            m.d.sync += [scores[hd].eq(clamp(round_shift_const(dots[hd], X.frac), X.lo, X.hi)) for hd in range(HM)]
+            m.d.sync += [sj.eq(fa.j), sjl.eq(fa.jlast)]
+        sh, sv = head_by_head(fin, "scale")
         # t = T.fit(score * c, X.frac + C_FRAC): the multiply alone, then round + saturate
         sc = Signal(signed(p.score_t_bits))
-        mv, mj, mjl = Signal(), Signal(seq), Signal()
-        m.d.sync += [mv.eq(sv), mj.eq(sj), mjl.eq(sjl), sc.eq(score * c_r)]
+        mv, mh, mj, mjl = Signal(), Signal.like(sh), Signal(seq), Signal()
+        m.d.sync += [mv.eq(sv), mh.eq(sh), mj.eq(sj), mjl.eq(sjl), sc.eq(Array(scores)[sh] * c_r)]
         t_val = Signal(signed(T.bits))
-        tv, tj, tjl = Signal(), Signal(seq), Signal()
-        m.d.sync += [tv.eq(mv), tj.eq(mj), tjl.eq(mjl),
+        tv, th, tj, tjl = Signal(), Signal.like(sh), Signal(seq), Signal()
+        m.d.sync += [tv.eq(mv), th.eq(mh), tj.eq(mj), tjl.eq(mjl),
                      t_val.eq(clamp(round_shift_const(sc, p.t_shift), T.lo, T.hi))]
-        t_max = Signal(signed(T.bits))
-        m.d.comb += [tbuf.w_en.eq(tv), tbuf.w_addr.eq(tj), tbuf.w_data.eq(t_val), score_done.eq(tv & tjl)]
-        with m.If(tv):
-            m.d.sync += t_max.eq(Mux(~tj.any() | (t_val > t_max), t_val, t_max))
+        t_max = [Signal(signed(T.bits), name=f"t_max_{hd}") for hd in range(HM)]
+        head_max = Array(t_max)[th]
+        for hd, tb in enumerate(tbufs):
+            m.d.comb += [tb.w_en.eq(tv & (th == hd)), tb.w_addr.eq(tj), tb.w_data.eq(t_val)]
+            with m.If(tv & (th == hd)):
+                m.d.sync += t_max[hd].eq(Mux((tj == 0) | (t_val > head_max), t_val, head_max))
+        m.d.comb += score_done.eq(tv & tjl & (th == H - 1))
 
         # ---------------- context pass -----------------------------------------------------------------
         n_g = v_delay + 3                               # g[k]: flags valid at issue + k + 1
         g = [Signal.like(c_iss, name=f"cx_f_{k}") for k in range(n_g)]
         m.d.sync += [g[0].eq(c_iss)] + [g[k].eq(g[k - 1]) for k in range(1, n_g)]
-        dt = Signal(p.dt_bits)                          # max - t_j >= 0
-        m.d.sync += dt.eq(t_max - tbuf.r_data[:T.bits].as_signed())
-        m.d.comb += [exp2.i.t.eq(dt), exp2.i_valid.eq(g[1].v)]
-        # g[v_delay] travels with e (and the v word), g[v_delay+1] with prod, g[v_delay+2] with the sums
+        # g[v_delay] travels with e (and the v words), g[v_delay+1] with prod, g[v_delay+2] with the sums
         ge, gp, gs = g[v_delay], g[v_delay + 1], g[v_delay + 2]
-        sum_e = Signal(p.sum_bits)
-        with m.If(ge.v):
-            m.d.sync += sum_e.eq(Mux(ge.first, 0, sum_e) + e_now)
-        acc = [Signal(signed(p.acc_bits), name=f"acc_{k}") for k in range(L)]
-        with m.If(gp.v):
-            m.d.sync += [acc[k].eq(Mux(gp.first, 0, acc[k]) + prod[k]) for k in range(L)]
+        sum_e = [Signal(p.sum_bits, name=f"sum_e_{hd}") for hd in range(HM)]
+        acc = [[Signal(signed(p.acc_bits), name=f"acc_{hd}_{k}") for k in range(L)] for hd in range(HM)]
+        for hd in range(HM):
+            dt = Signal(p.dt_bits, name=f"dt_{hd}")      # max - t_j >= 0
+            m.d.sync += dt.eq(t_max[hd] - tbufs[hd].r_data[:T.bits].as_signed())
+            m.d.comb += [exp2[hd].i.t.eq(dt), exp2[hd].i_valid.eq(g[1].v)]
+            with m.If(ge.v):
+                m.d.sync += sum_e[hd].eq(Mux(ge.first, 0, sum_e[hd]) + exp2[hd].o.y)
+            with m.If(gp.v):
+                m.d.sync += [acc[hd][k].eq(Mux(gp.first, 0, acc[hd][k]) + prod[hd][k]) for k in range(L)]
         chunk_done = Signal()
         m.d.comb += chunk_done.eq(gs.v & gs.last)      # acc and sum_e final, held until the next chunk
 
-        # ---------------- normalisation: recip(sum e), numerator, apply_mant per lane ------------------
-        # num and sum_e hold until the next chunk starts, which waits for the o handshake, so the
-        # fixed-latency Recip/ApplyMant outputs stay put while o waits: o.payload is their output.
-        num = [Signal(signed(p.num_bits), name=f"num_{k}") for k in range(L)]
-        with m.If(chunk_done):
-            m.d.sync += [num[k].eq(round_shift_const(acc[k], p.num_shift)) for k in range(L)]
+        # ---------------- normalisation, head by head: recip(sum e), numerator, apply_mant per lane -----
+        # acc and sum_e hold until the next chunk starts, which waits for norm_done.
+        nh, nv = head_by_head(chunk_done, "norm")
         m.submodules.recip = recip = Recip(m_bits=p.sum_bits, frac_bits=max(1, P.frac.bit_length()),
                                            rom_dir=self.rom_dir, port=port_of(self.roms, "recip"))
-        m.d.comb += [recip.i.m.eq(sum_e), recip.i.frac.eq(P.frac), recip.i_valid.eq(chunk_done)]
-        for k in range(L):
-            am = ApplyMant(v_bits=p.num_bits, v_frac=NUM_FRAC, out_frac=X.frac, out_bits=XB,
-                           e_range=p.recip_e_range, mant_bits=len(recip.o.mant))
+        m.d.comb += [recip.i.m.eq(Array(sum_e)[nh]), recip.i.frac.eq(P.frac), recip.i_valid.eq(nv)]
+        rh = delay(m, 1, nh, Recip.LATENCY, "recip_h")
+        apply = [ApplyMant(v_bits=p.num_bits, v_frac=NUM_FRAC, out_frac=X.frac, out_bits=XB,
+                           e_range=p.recip_e_range, mant_bits=len(recip.o.mant)) for _ in range(L)]
+        for k, am in enumerate(apply):
             m.submodules[f"apply_{k}"] = am
-            m.d.comb += [am.i.v.eq(num[k]), am.i.mant.eq(recip.o.mant), am.i.e.eq(recip.o.e),
-                         am.i_valid.eq(recip.o_valid), self.o.payload.data[k].eq(am.o.y)]
-            if k == 0:
-                done = am.o_valid
-        with m.If(out_taken):
-            m.d.sync += self.o.valid.eq(0)
-        with m.If(done):
-            m.d.sync += [self.o.valid.eq(1), last_r.eq((h == H - 1) & (w == wv - 1))]
-        m.d.comb += self.o.payload.last.eq(last_r)
+            lane_acc = Array(acc[hd][k] for hd in range(HM))[rh]
+            m.d.comb += [am.i.v.eq(round_shift_const(lane_acc, p.num_shift)), am.i.mant.eq(recip.o.mant),
+                         am.i.e.eq(recip.o.e), am.i_valid.eq(recip.o_valid)]
+        ah, done = delay(m, 1, rh, ApplyMant.LATENCY, "apply_h"), apply[0].o_valid
+        for hd, q in enumerate(qbufs):                  # the chunk's ctx beat waits in the head's q buffer
+            with m.If(done & (ah == hd)):
+                m.d.comb += [q.w_en.eq(1), q.w_addr.eq(w), q.w_data.eq(Cat(am.o.y for am in apply))]
+        m.d.comb += norm_done.eq(done & (ah == H - 1))
         return m
 
 
@@ -371,9 +417,10 @@ def mla_engine_derived(chip_params) -> dict:
     p = mla_params_for(chip_params)
     return {
         "params": dataclasses.asdict(p),
-        "stride_words": p.stride, "word_bits": p.word_bits,
-        "srams": {"kv_cache": [p.cache_depth, p.word_bits], "q_buf": [p.qbuf_depth, p.word_bits],
-                  "t_buf": [p.max_seq, p.tbuf_bits]},
+        "row_words": p.row_words, "word_bits": p.word_bits, "cache_bits": p.cache_bits,
+        "srams": {**{f"kv_cache_{h}": [p.bank_depth(h), p.word_bits] for h in range(p.max_heads)},
+                  **{f"{name}_{h}": shape for h in range(p.max_heads)
+                     for name, shape in (("q_buf", [p.qbuf_depth, p.word_bits]), ("t_buf", [p.max_seq, p.tbuf_bits]))}},
         "widths": {"dot": p.dot_bits, "prod": p.prod_bits, "acc": p.acc_bits, "num": p.num_bits,
                    "sum": p.sum_bits, "c": p.c_bits, "dim": p.dim_bits, "seq": p.seq_bits},
         "roms": ["exp2", "recip"],

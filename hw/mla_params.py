@@ -40,14 +40,17 @@ def _lut_range(name: str) -> tuple[int, int]:
 
 @dataclass(frozen=True)
 class MlaParams:
-    """Build maxima of the MLA engine; runtime H, dk, dr, dv, t may be anything up to them."""
+    """Build maxima of the MLA engine; runtime H, dk, dr, dv, t may be anything up to them.
+
+    Every one of the ``max_heads`` heads has its own cache bank, ``lanes`` multipliers and Exp2Neg,
+    so the heads run in parallel and the area grows with ``max_heads``."""
 
     max_heads: int = 2
     max_dk: int = 32
     max_dr: int = 16
     max_dv: int = 32
     max_seq: int = 64
-    lanes: int = 16        # elements per cache word = parallel multipliers
+    lanes: int = 16        # elements per cache word = multipliers per head
 
     def __post_init__(self) -> None:
         int_in("max_heads", self.max_heads, 1, 64)
@@ -73,18 +76,23 @@ class MlaParams:
         return _ceil_div(d, self.lanes)
 
     @property
-    def stride(self) -> int:
-        """Cache words per position: H kc segments, the shared kr once, H v segments."""
-        return (self.max_heads * self.words(self.max_dk) + self.words(self.max_dr)
-                + self.max_heads * self.words(self.max_dv))
+    def row_words(self) -> int:
+        """Words per position in a head's cache bank: kc_h, then v_h (from the runtime ceil(dk/L) on)."""
+        return self.words(self.max_dk) + self.words(self.max_dv)
 
     @property
-    def cache_depth(self) -> int:
-        return self.max_seq * self.stride
+    def kr_base(self) -> int:
+        """Start of bank 0's kr region (kr is shared by the heads, so it is stored once): after the rows."""
+        return self.max_seq * self.row_words
+
+    def bank_depth(self, head: int) -> int:
+        """Words of head ``head``'s cache bank: its rows, and the kr region in bank 0."""
+        return self.kr_base + (self.max_seq * self.words(self.max_dr) if head == 0 else 0)
 
     @property
     def qbuf_depth(self) -> int:
-        return max(2, self.max_heads * (self.words(self.max_dk) + self.words(self.max_dr)))
+        """A head's q buffer: q for the score pass, then the head's ctx chunks until they are output."""
+        return max(2, self.words(self.max_dk) + self.words(self.max_dr), self.words(self.max_dv))
 
     @property
     def word_bits(self) -> int:
@@ -92,7 +100,7 @@ class MlaParams:
 
     @property
     def cache_bits(self) -> int:
-        return self.cache_depth * self.word_bits
+        return sum(self.bank_depth(h) for h in range(self.max_heads)) * self.word_bits
 
     @property
     def tbuf_bits(self) -> int:
@@ -128,7 +136,7 @@ class MlaParams:
 
     @property
     def prod_bits(self) -> int:
-        """Shared lane multiplier: q x k (X x X) in the score pass, e x v (P x X) in the context pass."""
+        """Lane multiplier: q x k (X x X) in the score pass, e x v (P x X) in the context pass."""
         x = 1 << (X.bits - 1)
         return signed_bits(min(-x * (x - 1), -self.e_max * x), max(x * x, self.e_max * (x - 1)))
 
@@ -187,16 +195,28 @@ class MlaParams:
         return NUM_FRAC + MANT_FRAC - X.frac - self.recip_e_range[1]
 
     # Performance model ---------------------------------------------------------------------
+    def load_cycles(self, heads: int, dk: int, dr: int, dv: int) -> int:
+        """Input beats of a position (the feed: q, kc, kr, v segments)."""
+        wk, wr, wv = self.words(dk), self.words(dr), self.words(dv)
+        return heads * (wk + wr + wk) + wr + heads * wv
+
+    def attention_cycles(self, t: int, heads: int, dk: int, dr: int, dv: int) -> int:
+        """Cycles after the last input beat to the last output beat of position t with no stalls (exact)."""
+        wk, wr, wv = self.words(dk), self.words(dr), self.words(dv)
+        wq = wk + wr
+        ws = max(wq, heads)             # score-pass cycles per position (the shared scaling: a head per cycle)
+        score = t * ws + wq + SCORE_DRAIN + heads       # the last position's scores are scaled head by head
+        # per chunk: its (t+1) e x v words, the drain, the heads normalised one per cycle; and the heads'
+        # output beats of that chunk, one per cycle, at the end
+        return score + wv * ((t + 1) + CTX_DRAIN + 2 * heads)
+
     def cycles(self, t: int, heads: int, dk: int, dr: int, dv: int) -> int:
-        """Approximate cycles from the first input beat to the last output beat with no stalls."""
-        wq, wv = self.words(dk) + self.words(dr), self.words(dv)
-        load = heads * (wq + self.words(dk)) + self.words(dr) + heads * wv
-        per_head = (t + 1) * wq + SCORE_DRAIN + wv * ((t + 1) + CTX_DRAIN)
-        return load + heads * per_head
+        """Cycles from the first input beat to the last output beat of position t with no stalls (exact)."""
+        return self.load_cycles(heads, dk, dr, dv) + self.attention_cycles(t, heads, dk, dr, dv)
 
 
-SCORE_DRAIN = 10    # score pipeline drain + pass switch per head (measured with the nano build)
-CTX_DRAIN = 17      # context pipeline + Recip + ApplyMant + output handshake per chunk (measured)
+SCORE_DRAIN = 8     # score pipeline drain (adder tree of 8 or 16 lanes) + pass switches (measured)
+CTX_DRAIN = 17      # context pipeline + Recip + ApplyMant + chunk switch per chunk (measured)
 
 
 PRESETS = {

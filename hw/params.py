@@ -68,9 +68,10 @@ class ChipParams:
     clock_ns: float = 10.0      # target clock period (100 MHz)
     mem_max_inflight: int = 64  # memory engine: reads in flight (covers base 24 + jitter 12 at 1 beat/cycle)
     mem_len_bits: int = 24      # memory engine: bits of a read range's byte length
-    norm_lanes: int = 4         # RMSNorm elements per cycle (hw.norm_unit lanes; 1, 2 or 4)
-    ew_lanes: int = 2           # element-wise (ADD, SwiGLU) elements per cycle (hw.vector_unit; 1 or 2)
-    mix_lanes: int = 2          # residual-mixer elements per cycle (hw.res_mixer; 1 or 2)
+    norm_lanes: int = 8         # RMSNorm elements per cycle (hw.norm_unit lanes; 1, 2, 4 or 8)
+    ew_lanes: int = 2           # element-wise (ADD, SwiGLU) elements per cycle (hw.vector_unit; 1, 2 or 4)
+    mix_lanes: int = 4          # residual-mixer elements per cycle (hw.res_mixer; 1, 2 or 4)
+    comb_lanes: int = 2         # MoE-combine elements per cycle (hw.chip_glue.Combine; 1, 2 or 4)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.isidentifier():
@@ -85,13 +86,10 @@ class ChipParams:
         int_in("max_fan_in", self.max_fan_in, 2, 1 << 16)
         int_in("mem_max_inflight", self.mem_max_inflight, 2, 1024)
         int_in("mem_len_bits", self.mem_len_bits, 8, 32)
-        if self.norm_lanes not in (1, 2, 4):
-            raise ValueError(f"norm_lanes must be 1, 2 or 4, got {self.norm_lanes!r}")
-        if self.mix_lanes not in (1, 2):
-            raise ValueError(f"mix_lanes must be 1 or 2, got {self.mix_lanes!r}")
-        if self.ew_lanes not in (1, 2):
-            raise ValueError(f"ew_lanes must be 1 or 2 (two sources of two elements fill a feed transfer), "
-                             f"got {self.ew_lanes!r}")
+        for name, allowed in (("norm_lanes", (1, 2, 4, 8)), ("mix_lanes", (1, 2, 4)), ("ew_lanes", (1, 2, 4)),
+                              ("comb_lanes", (1, 2, 4))):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {', '.join(map(str, allowed))}, got {getattr(self, name)!r}")
         if self.max_fan_in % 2:
             raise ValueError(f"max_fan_in must be even (two int4 rows per byte), got {self.max_fan_in}")
         if (isinstance(self.clock_ns, bool) or not isinstance(self.clock_ns, (int, float))
@@ -174,7 +172,7 @@ class ChipParams:
 PRESETS: dict[str, ChipParams] = {
     "nano": ChipParams(),
     # a narrow variant that simulates fast; same arithmetic, fewer lanes
-    "tiny": ChipParams(name="tiny", mac_lanes=4, max_fan_in=128, mix_lanes=1),   # tiny mixes up to 3 vectors
+    "tiny": ChipParams(name="tiny", mac_lanes=4, max_fan_in=128, norm_lanes=4, mix_lanes=1),
 }
 
 

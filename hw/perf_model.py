@@ -5,7 +5,8 @@ Pure Python (imports engine classes for their constants, elaborates nothing). Th
 concurrently, except that a (non-head) MV ends as soon as its command is queued for the MAC array: the
 array works through the queued commands and the results drain into the VRF while the next ops run.
 An op waits only for the results it depends on (its sources; its destination if it writes the VRF),
-a PLD for the array's store read port (``PerfModel.position`` runs that timeline). In isolation:
+a PLD's copy for the array's store read port, and the array takes no command while a PLD copies
+(``PerfModel.position`` runs that timeline). In isolation:
 
     op cycles = sequencer overhead of its class (DISPATCH, handshakes; ``SeqOverheads``)
               + the engine's own cycle formula (hw/*.py, cited per class below)
@@ -18,12 +19,12 @@ Engine formulas used (no stalls):
 * RMS     ``n/K + NormUnit.GAP + n/K − 1`` (two passes of K = ``norm_lanes`` elements a cycle, hw/norm_unit.py)
 * MIX     ``ResMixer.latency(candidates, d, mix_lanes)`` + the interleaved feed's word reads (as EW)
 * EW      ``n/K + (ns − 1)·⌈n/16⌉ + Elementwise.LATENCY`` (K = ``ew_lanes`` elements a cycle); COMB the
-          same with K = 1 and ``Combine.LATENCY`` (``ns`` sources side by side: the ElemFeeder reads each
+          same with K = ``comb_lanes`` and ``Combine.LATENCY`` (``ns`` sources side by side: the ElemFeeder reads each
           source's word once per 16 elements)
 * ROUTE   ``MoeRouter.latency(E) + top_k − 1``
 * KDA     one element a cycle (``n``); the last segment adds the engine's drain (``KDA_DRAIN``)
-* MLA     the feed segments one word a cycle; the last adds ``MlaParams.cycles(t)`` minus its load
-          part: the attention over the t + 1 cached positions (grows with the position)
+* MLA     the feed segments one word a cycle; the last adds ``MlaParams.attention_cycles(t)`` (after the
+          load): the attention over the t + 1 cached positions, all heads at once (grows with t)
 * PLD     the command only; in the background one weight-store read per ``banks`` beats (hw/weight_store.py)
           once the MAC array leaves the store port, + read latency: the PRF readers, EMB and the next
           PLD wait for it
@@ -32,7 +33,7 @@ The sequencer overheads (``SEQ``) and the two engine constants without a formula
 (``KDA_DRAIN`` from hw/kda_engine.py's docstring, ``MAC_INPUT_PASS``) were measured from the RTL with
 verification/phase_monitor.py on nano-g128-s48-long (``python -m verification.bench``), documented
 where they are defined. With them every op of nano-g128-s48-long is predicted to the cycle (the run
-to 1 cycle in 190,634: the load phase's read latency is jitter); nano-g64-s64-long, not used for
+to 1 cycle in 160,562: the load phase's read latency is jitter); nano-g64-s64-long, not used for
 fitting, checks them (other group → other issue cycles, longer MLA cache).
 
 Load phase: header (256 B), descriptor table, tensor block and token ids, each one read request
@@ -46,8 +47,7 @@ from dataclasses import dataclass, field
 
 from hw.chip_glue import Combine
 from hw.mac_array import MacArray
-from hw.mla_params import CTX_DRAIN as MLA_CTX_DRAIN
-from hw.mla_params import SCORE_DRAIN as MLA_SCORE_DRAIN
+from hw.mla_params import MlaParams
 from hw.moe_router import MoeRouter
 from hw.norm_unit import NormUnit
 from hw.program import LANES, PRF_READERS, Op, Opc, program_for
@@ -67,21 +67,22 @@ KDA_DRAIN = 256             # hw.kda_engine docstring (measured there): last out
 
 @dataclass(frozen=True)
 class ChipPerfParams:
-    """The hardware numbers the model needs (defaults: the nano chip build, hw.params.preset("nano"))."""
+    """The hardware numbers the model needs (``chip_perf_params`` reads them from a chip build)."""
 
-    mac_lanes: int = 64          # W = 16 · weight-store banks (hw.mac_array.mac_array_params_for)
-    banks: int = 4               # weight-store banks: beats per store read
+    mac_lanes: int               # W = 16 · weight-store banks (hw.mac_array.mac_array_params_for)
+    banks: int                   # weight-store banks: beats per store read
+    scale_lanes: int             # MAC s·d multipliers: columns scaled per cycle (MacArrayParams.scale_lanes)
+    norm_lanes: int              # RMSNorm elements per cycle (hw.params.ChipParams.norm_lanes)
+    ew_lanes: int                # element-wise elements per cycle (hw.params.ChipParams.ew_lanes)
+    mix_lanes: int               # residual-mixer elements per cycle (hw.params.ChipParams.mix_lanes)
+    comb_lanes: int              # MoE-combine elements per cycle (hw.params.ChipParams.comb_lanes)
     out_lanes: int = 16          # MAC results per output transfer (= VRF word)
-    scale_lanes: int = 16        # MAC s·d multipliers: columns scaled per cycle (MacArrayParams.scale_lanes)
-    norm_lanes: int = 4          # RMSNorm elements per cycle (hw.params.ChipParams.norm_lanes)
-    ew_lanes: int = 2            # element-wise elements per cycle (hw.params.ChipParams.ew_lanes)
-    mix_lanes: int = 2           # residual-mixer elements per cycle (hw.params.ChipParams.mix_lanes)
     mem_base: int = 24           # SPEC §3 read latency (long profile): base + uniform [0, jitter]
     mem_jitter: int = 12
     clock_hz: float = 100e6
 
     def __post_init__(self) -> None:
-        for k in ("mac_lanes", "banks", "out_lanes", "scale_lanes", "norm_lanes", "ew_lanes", "mix_lanes"):
+        for k in ("mac_lanes", "banks", "out_lanes", "scale_lanes", "norm_lanes", "ew_lanes", "mix_lanes", "comb_lanes"):
             v = getattr(self, k)
             if not isinstance(v, int) or v < 1 or v & (v - 1):
                 raise ValueError(f"{k} must be a power of two >= 1, got {v!r}")
@@ -106,6 +107,7 @@ class SeqOverheads:
     mac_lock: int = 2            # its store read port is free (PLD reads) issue + 2 cycles after a command
     pld_read: int = 1            # a PLD's first store read: the cycle after its command (port free)
     pld_write: int = 3           # readers may start this many cycles after its last store read
+    pld_release: int = 3         # the MAC array takes a command again this many cycles after the last read
     mv_done: int = 1             # the last result is written; the queue is empty one cycle later
     act_cmd: int = 1             # an MV started while the array issues: its convert pass (one transfer a
                                  # word) waits for the array, its command 1 cycle after the last word
@@ -171,7 +173,7 @@ def op_phase(ops: list[Op]) -> list[str]:
 @dataclass(frozen=True)
 class PerfModel:
     cfg: ModelConfig
-    hw: ChipPerfParams = field(default_factory=ChipPerfParams)
+    hw: ChipPerfParams = field(default_factory=lambda: chip_perf_params("nano"))
     seq: SeqOverheads = field(default_factory=SeqOverheads)
 
     @functools.cached_property
@@ -228,10 +230,10 @@ class PerfModel:
         return MoeRouter.latency(self.cfg.n_experts) + self.cfg.top_k - 1
 
     def mla_attention(self, t: int) -> int:
-        """hw.mla_params.MlaParams.cycles(t) without its load part (fed by the MLA segment ops)."""
-        c, w = self.cfg, lambda d: -(-d // LANES)     # noqa: E731
-        wq, wv = w(c.mla_dk) + w(c.mla_dr), w(c.mla_dv)
-        return c.mla_heads * ((t + 1) * wq + MLA_SCORE_DRAIN + wv * ((t + 1) + MLA_CTX_DRAIN))
+        """hw.mla_params.MlaParams.attention_cycles(t): after the MLA segment ops fed the position."""
+        c = self.cfg
+        return MlaParams(max_heads=c.mla_heads, max_dk=c.mla_dk, max_dr=c.mla_dr, max_dv=c.mla_dv,
+                         max_seq=c.max_seq, lanes=LANES).attention_cycles(t, c.mla_heads, c.mla_dk, c.mla_dr, c.mla_dv)
 
     def op_cycles(self, op: Op, t: int) -> int:
         """Cycles of one op at position t (0-based), its first cycle to its last (in which the next op is
@@ -250,7 +252,7 @@ class PerfModel:
         if op.opc == Opc.MIX:
             return s.elem + self.mix_cycles(len(op.srcs), op.n) + word_reads
         if op.opc in (Opc.EW, Opc.COMB):
-            feed = op.n // (self.hw.ew_lanes if op.opc == Opc.EW else 1) + word_reads
+            feed = op.n // (self.hw.ew_lanes if op.opc == Opc.EW else self.hw.comb_lanes) + word_reads
             return s.elem + feed + (EW_LATENCY if op.opc == Opc.EW else COMB_LATENCY)
         if op.opc == Opc.ROUTE:
             return s.elem + s.route + self.router_cycles()
@@ -272,6 +274,7 @@ class PerfModel:
         background once the array leaves the store port; the PRF readers, EMB and the next PLD wait for it."""
         s = self.seq
         now, mac_free, port_free, pld_done = 0, 0, 0, 0
+        pld_busy = (0, 0)                            # the array takes no command while a PLD copies
         owed: list[tuple[int, int]] = []             # (slot, cycle its result is written) of queued matvecs
         out = []
         for k, (op, ph) in enumerate(zip(self.ops, self.op_phases)):
@@ -290,6 +293,7 @@ class PerfModel:
             if op.opc == Opc.PLD:
                 first = max(now + cost - 1 + s.pld_read, port_free)     # command taken in the op's last cycle
                 pld_done = first + -(-op.nbeats // self.hw.banks) - 1 + s.pld_write
+                pld_busy = (now + cost - 1, pld_done - s.pld_write + s.pld_release)
             if op.opc == Opc.MV:
                 if op.keep:
                     push = now + s.keep_cmd
@@ -298,6 +302,8 @@ class PerfModel:
                 while not op.head and sum(d > push for _, d in owed) >= MV_QUEUE:
                     push = min(d for _, d in owed if d > push)          # the result queue is full
                 cmd = max(push + s.cmd_fifo, mac_free)
+                if pld_busy[0] <= cmd < pld_busy[1]:
+                    cmd = pld_busy[1]
                 if not op.head:
                     cost = push - now + 1
                 mac_free = cmd + self.issue_cycles(op.fan_in, op.fan_out) + s.mac_next
@@ -349,18 +355,20 @@ class PerfModel:
         return 16 + lay.n_records + (lay.tokens_addr - lay.descriptors[0].addr) // 16 + -(-4 * seq_len // 16)
 
 
-def model_for(config: str = "nano", group: int | None = None, **hw) -> PerfModel:
-    cfg = preset(config)
-    cfg = cfg if group is None else cfg.with_group(group)
-    chip = ChipPerfParams(**hw) if hw else (ChipPerfParams() if config == "nano" else _tiny_hw())
-    return PerfModel(cfg, chip)
-
-
-def _tiny_hw() -> ChipPerfParams:
-    """The tiny chip build: hw.mac_array.mac_array_params_for(hw.params.preset("tiny"))."""
+def chip_perf_params(config: str = "nano", **override) -> ChipPerfParams:
+    """The model's hardware numbers of the chip build ``hw.params.preset(config)``, with ``override``."""
     from hw.mac_array import mac_array_params_for
     from hw.params import preset as chip_preset
-    mp = mac_array_params_for(chip_preset("tiny"))
-    chip = chip_preset("tiny")
-    return ChipPerfParams(mac_lanes=mp.lanes, banks=mp.store.banks, scale_lanes=mp.scale_lanes,
-                          norm_lanes=chip.norm_lanes, ew_lanes=chip.ew_lanes, mix_lanes=chip.mix_lanes)
+    chip = chip_preset(config)
+    mp = mac_array_params_for(chip)
+    return ChipPerfParams(**{**dict(mac_lanes=mp.lanes, banks=mp.store.banks, scale_lanes=mp.scale_lanes,
+                                    norm_lanes=chip.norm_lanes, ew_lanes=chip.ew_lanes, mix_lanes=chip.mix_lanes,
+                                    comb_lanes=chip.comb_lanes),
+                             **override})
+
+
+def model_for(config: str = "nano", group: int | None = None, **hw) -> PerfModel:
+    """The model of the chip build for ``config`` (model and chip preset of that name); ``hw`` overrides."""
+    cfg = preset(config)
+    cfg = cfg if group is None else cfg.with_group(group)
+    return PerfModel(cfg, chip_perf_params(config, **hw))

@@ -245,15 +245,23 @@ def _param_bytes(cfg: ModelConfig, name: str) -> int:
 
 
 def _kda(cfg, ops, mv, pld, new, h, n, layer):
+    """The q, k, v, b matvecs of h, then the engine's segments interleaved with the remaining matvecs:
+    each segment starts once its own matvec is written, while the array works on the next ones (f1, g1
+    keep h in the array; f2, g2 take their inputs once it is free)."""
     d, P, dh = cfg.d_model, cfg.kda_width, cfg.kda_dh
-    pre = {s: mv(f"{n}.{s}", h, d, P) for s in "qkv"}       # the matvecs of h back to back
+    pre = {s: mv(f"{n}.{s}", h, d, P) for s in "qkv"}
     bl = mv(n + ".b", h, d, cfg.kda_heads)
-    f1, g1 = mv(n + ".f1", h, d, dh), mv(n + ".g1", h, d, dh)
-    f, z = mv(n + ".f2", f1, dh, P), mv(n + ".g2", g1, dh, P)
     out = new("gated")
-    for s, sel in (("q", KdaSel.Q), ("k", KdaSel.K), ("v", KdaSel.V)):
+
+    def conv_segment(s, sel):
         pld(f"{n}.{s}conv", 0)
         ops.append(Op(Opc.KDA, (pre[s],), None, n=P, sel=int(sel), layer=layer, pa=int(PaMode.TAPS)))
+
+    conv_segment("q", KdaSel.Q)
+    f1, g1 = mv(n + ".f1", h, d, dh), mv(n + ".g1", h, d, dh)
+    conv_segment("k", KdaSel.K)
+    f, z = mv(n + ".f2", f1, dh, P), mv(n + ".g2", g1, dh, P)
+    conv_segment("v", KdaSel.V)
     ops.append(Op(Opc.KDA, (bl,), None, n=cfg.kda_heads, sel=int(KdaSel.B), layer=layer))
     pld(n + ".dtb", 0)
     pld(n + ".A", 1)

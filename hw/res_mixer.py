@@ -28,11 +28,13 @@ Storage. One ``msh_sram`` of max_d / K words holds, at address a, K element grou
 K·a + l at group l); a group is element K·a + l of every candidate slot (each slot X.bits rounded up
 to whole bytes) plus its w and proj. A transfer writes one word (all byte strobes). The score pass
 and the combine read all candidates of K elements in one access, so both run at K elements per cycle
-with max_cands × K lanes. nano (max_cands 4, max_d 64): 64 × 160 bits at K = 1, 32 × 320 at K = 2.
+with max_cands × K lanes. nano (max_cands 4, max_d 64): 64 × 160 bits at K = 1, 32 × 320 at K = 2,
+16 × 640 at K = 4.
 LUTs: ``hw.lut_unit`` Rsqrt, Exp2Neg, Recip, one of each (one msh_rom each, ``<rom_dir>/<table>.hex``).
 
 Lanes. Candidate k owns lane k: K ApplyMant, K × gain multipliers, K X × X multipliers and one
-accumulator of Σc² width (it adds the K products of a cycle). The three passes below never overlap,
+accumulator of Σc² width (it adds the K products of a cycle in one adder, no tree stage: at K = 4 that
+sum is still shorter than the × gain path at the slow corner). The three passes below never overlap,
 so each lane unit serves two of them: the multipliers square c_kj in the ingest and multiply
 r_kj · proj_j in the score pass (the accumulator holds Σc²_k, then score_k); the ApplyMant form
 c_kj × mant_k in the score pass and the exact product e_k · c_kj in the combine (exponent
@@ -56,7 +58,7 @@ pipeline's drain and ``o``); its rsqrt waits until the previous mix's ``o`` and 
 Latency (no stalls, ``ResMixer.latency``, checked by the test): the last ``o`` transfer leaves
 3·d/K + 3·n + 37 cycles after the first ``i`` transfer was accepted (with the present lut_unit
 latencies); nano (d = 64): K = 1: 235 cycles for n = 2, 232 for n = 1, 241 for n = 4; K = 2: 139 for
-n = 2, 136 for n = 1, 145 for n = 4.
+n = 2, 136 for n = 1, 145 for n = 4; K = 4: 91 for n = 2, 88 for n = 1, 97 for n = 4.
 """
 from __future__ import annotations
 
@@ -89,19 +91,20 @@ class ResMixerParams:
 
     max_cands: int = 4         # snapshot lists grow with layers / res_block
     max_d: int = 64            # largest vector length (a power of two)
-    lanes: int = 1             # K: element indices per transfer and per cycle of every pass (1 or 2)
+    lanes: int = 1             # K: element indices per transfer and per cycle of every pass (a power of two)
     trace_e: bool = True       # add the ``e`` output stream (softmax weights, for traces)
     rom_dir: str = "roms"      # where $readmemh finds the LUT hex files (see hw.lut_unit)
 
     def __post_init__(self) -> None:
-        for name, lo, hi in (("max_cands", 1, 16), ("max_d", 2, 4096)):
+        for name, lo, hi in (("max_cands", 1, 16), ("max_d", 2, 4096), ("lanes", 1, 2048)):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
                 raise ValueError(f"{name} must be an integer in {lo}..{hi}, got {v!r}")
         if self.max_d & (self.max_d - 1):
             raise ValueError(f"max_d must be a power of two (RMSNorm divides by a shift), got {self.max_d}")
-        if self.lanes not in (1, 2) or isinstance(self.lanes, bool):
-            raise ValueError(f"lanes must be 1 or 2, got {self.lanes!r}")
+        if self.lanes & (self.lanes - 1):
+            raise ValueError(f"lanes must be a power of two (element j is group j mod K of word j / K), "
+                             f"got {self.lanes}")
         if self.max_d < 2 * self.lanes:
             raise ValueError(f"max_d must be at least 2 · lanes (the buffer holds at least two words), "
                              f"got max_d {self.max_d} with lanes {self.lanes}")
@@ -240,8 +243,8 @@ class ResMixer(wiring.Component):
         round, store); n Exp2Neg issues and one cycle to collect; Recip and one cycle to collect;
         d / K combine reads and the combine pipeline (read, the lanes' ApplyMant e·c, ApplyMant × recip).
         """
-        if lanes not in (1, 2) or d < lanes or d % lanes:
-            raise ValueError(f"d must be a positive multiple of lanes (1 or 2), got d {d!r}, lanes {lanes!r}")
+        if lanes < 1 or lanes & (lanes - 1) or d < lanes or d % lanes:
+            raise ValueError(f"d must be a positive multiple of lanes (a power of two), got d {d!r}, lanes {lanes!r}")
         words = d // lanes
         lat_rs, lat_am, lat_ex, lat_rc = Rsqrt.LATENCY, ApplyMant.LATENCY, Exp2Neg.LATENCY, Recip.LATENCY
         ingest = words + 3 + n + lat_rs              # first score read
@@ -525,8 +528,8 @@ class ResMixer(wiring.Component):
 
 
 # --- rtl_gen entry (rtl_gen.emit.BLOCKS) ----------------------------------------------------------------
-# ChipParams carries no mixer parameters yet: the emitted block is the default build maxima at K = 2 (the
-# chip's sequencer builds its own mixer at K = 1)
+# The emitted block is the default build maxima at K = 2; the chip's sequencer builds its own mixer
+# (max_cands from the program, K = ChipParams.mix_lanes)
 BLOCK_PARAMS = ResMixerParams(lanes=2)
 
 

@@ -29,9 +29,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from amaranth.hdl import Array, Cat, Const, Instance, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Array, Cat, Const, Instance, Module, Mux, Shape, Signal, signed, unsigned
 from amaranth.lib import stream, wiring
-from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.data import ArrayLayout, StructLayout, View
 from amaranth.lib.wiring import In, Out
 
@@ -70,6 +69,27 @@ ADDR_BITS = 36
 # Header checks in order; the status word of a rejected header is STATUS_BAD | (index + 1).
 HDR_CHECKS = ("magic", "version", "dims", "group", "seq_len", "positions", "align", "order", "tensor_size",
               "descriptors")
+
+
+class _RegFifo:
+    """A first-word-fall-through FIFO of ``depth`` (a power of two) registers (SPEC §5 leaves arrays
+    this small to flip-flops): ``w_en`` / ``w_rdy`` / ``w_data`` and ``r_en`` / ``r_rdy`` / ``r_data``."""
+
+    def __init__(self, m: Module, name: str, shape, depth: int):
+        regs = Array(Signal(Shape.cast(shape).width, name=f"{name}_q{k}") for k in range(depth))
+        rd, wr = Signal(range(depth), name=f"{name}_rd"), Signal(range(depth), name=f"{name}_wr")
+        n = Signal(range(depth + 1), name=f"{name}_n")
+        self.w_en, self.r_en = Signal(name=f"{name}_w_en"), Signal(name=f"{name}_r_en")
+        self.w_data, self.r_data = Signal(shape, name=f"{name}_w_data"), Signal(shape, name=f"{name}_r_data")
+        self.w_rdy, self.r_rdy = Signal(name=f"{name}_w_rdy"), Signal(name=f"{name}_r_rdy")
+        push, pop = Signal(name=f"{name}_push"), Signal(name=f"{name}_pop")
+        m.d.comb += [self.w_rdy.eq(n != depth), self.r_rdy.eq(n != 0), self.r_data.eq(regs[rd]),
+                     push.eq(self.w_en & self.w_rdy), pop.eq(self.r_en & self.r_rdy)]
+        with m.If(push):
+            m.d.sync += [regs[wr].eq(self.w_data), wr.eq(wr + 1)]
+        with m.If(pop):
+            m.d.sync += rd.eq(rd + 1)
+        m.d.sync += n.eq(n + push - pop)
 
 
 def _pow2(v: int) -> int:
@@ -146,23 +166,24 @@ class ChipCore(wiring.Component):
                                             roms=roms["norm"])
         max_cands = max(len(o.srcs) for o in prog.ops if o.opc == Opc.MIX)
         ML = chip.mix_lanes
-        if max_cands * ML > MAX_SRCS:
-            raise ValueError(f"mix_lanes={ML} with mixes of {max_cands} vectors needs {max_cands * ML} elements per "
-                             f"feed transfer; at most {MAX_SRCS} (use mix_lanes=1 for this model)")
         mixer = m.submodules.mixer = ResMixer(ResMixerParams(max_cands=max_cands, max_d=_pow2(cfg.d_model), trace_e=False,
                                                              rom_dir=b.rom_dir, lanes=ML), roms=roms["mixer"])
         EL = chip.ew_lanes
-        elem_lanes = {Opc.RMS: NL, Opc.EW: EL, Opc.MIX: ML}     # elements per feed transfer (others: 1)
+        CL = chip.comb_lanes
+        elem_lanes = {Opc.RMS: NL, Opc.EW: EL, Opc.MIX: ML, Opc.COMB: CL}     # elements per feed transfer (others: 1)
+        # a feed transfer carries K elements of each of an op's sources, and K PRF entries (mixer: w, proj)
+        entries = max(MAX_SRCS, *(len(o.srcs) * elem_lanes.get(o.opc, 1) for o in prog.ops if o.opc in INTERLEAVED
+                                   or o.opc in elem_lanes))
         ew = m.submodules.ew = Streamed(Elementwise(lanes=EL, rom_dir=b.rom_dir, roms=roms["ew"]))
         router = m.submodules.router = MoeRouter(MoeRouterParams(max_experts=max(2, cfg.n_experts),
                                                                  max_top_k=cfg.top_k), rom_dir=b.rom_dir,
                                                  roms=roms["router"])
-        kp = KdaParams(heads=cfg.kda_heads, dh=cfg.kda_dh, conv_k=cfg.conv_k, max_layers=max(2, cfg.n_kda_layers))
+        kp = KdaParams(heads=cfg.kda_heads, dh=cfg.kda_dh, conv_k=cfg.conv_k, max_layers=max(1, cfg.n_kda_layers))
         kda = m.submodules.kda = KdaEngine(kp, rom_dir=b.rom_dir, roms=roms["kda"])
         mla = m.submodules.mla = MlaEngine(MlaParams(max_heads=cfg.mla_heads, max_dk=cfg.mla_dk, max_dr=cfg.mla_dr,
                                                      max_dv=cfg.mla_dv, max_seq=cfg.max_seq, lanes=L),
                                            rom_dir=b.rom_dir, roms=roms["mla"])
-        comb = m.submodules.combine = Combine(max_n=max_n, top_k=cfg.top_k)
+        comb = m.submodules.combine = Combine(top_k=cfg.top_k, lanes=CL)
         m.d.comb += [mla.heads.eq(cfg.mla_heads), mla.dk.eq(cfg.mla_dk), mla.dr.eq(cfg.mla_dr),
                      mla.dv.eq(cfg.mla_dv), mla.score_const.eq(mla_score_const(cfg.mla_dk + cfg.mla_dr))]
 
@@ -252,7 +273,9 @@ class ChipCore(wiring.Component):
                                                    prf_width=prf_w, prf_abits=prf[0].abits, max_n=max_n,
                                                    dh=cfg.kda_dh, conv_k=cfg.conv_k,
                                                    word_srcs=max(len(o.srcs) for o in prog.ops
-                                                                 if o.opc in INTERLEAVED), lanes=max(elem_lanes.values()))
+                                                                 if o.opc in INTERLEAVED), lanes=max(elem_lanes.values()),
+                                                   entries=entries, pa_params=max(4, cfg.conv_k, NL, ML),
+                                                   pb_params=max(2, ML))
         wf = m.submodules.word_feeder = WordFeeder(slot_bits=sb, slot_words=SW, vrf_abits=vrf.abits)
         for k in range(4):
             m.d.comb += ef.srcs[k].eq(getattr(op, f"s{k}"))
@@ -278,7 +301,7 @@ class ChipCore(wiring.Component):
             *[ew.i.payload.b[k].eq(fo.payload.data[EL + k]) for k in range(EL)],
             router.i.payload.logit.eq(fo.payload.data[0]), router.i.payload.bias.eq(fo.payload.pa[:16]),
             router.i.payload.top_k.eq(cfg.top_k), router.i.payload.last.eq(fo.payload.final),
-            comb.i.payload.eq(fo.payload),
+            *[comb.i.payload[k][j].eq(fo.payload.data[k * CL + j]) for k in range(cfg.top_k + 1) for j in range(CL)],
             kda.i.payload.sel.eq(op.sel), kda.i.payload.idx.eq(fo.payload.idx), kda.i.payload.data.eq(fo.payload.data[0]),
             kda.i.payload.a.eq(fo.payload.pb), kda.i.payload.dtb.eq(fo.payload.pa[:16]),
             kda.i.payload.w.eq(fo.payload.pa[:16]), kda.i.payload.layer.eq(op.layer),
@@ -323,7 +346,7 @@ class ChipCore(wiring.Component):
         results = {Opc.RMS: (norm.o, [norm.o.payload.y[k] for k in range(NL)]),
                    Opc.MIX: (mixer.o, [mixer.o.payload.data[j] for j in range(ML)]),
                    Opc.EW: (ew.o, [ew.o.payload.y[k] for k in range(EL)]),
-                   Opc.COMB: (comb.o, [comb.o.payload]),
+                   Opc.COMB: (comb.o, [comb.o.payload[j] for j in range(CL)]),
                    Opc.KDA: (kda.o, [kda.o.payload.data])}
         e_valid, e_step = Signal(), Signal(range(L + 1))
         e_word, e_mask = Signal(L * X.bits), Signal(4 * L)       # the transfer repeated over the word
@@ -458,10 +481,11 @@ class ChipCore(wiring.Component):
         # Matvec commands wait in a FIFO for the MAC array, so the sequencer moves on while the array
         # works through earlier ones. An MV's activations enter the array only with the FIFO empty (the
         # queued commands still need the array's present vector).
-        cq = m.submodules.mv_cmd_fifo = SyncFIFO(width=mac.i.payload.shape().size, depth=MV_QUEUE)
+        cq = _RegFifo(m, "mv_cmd", mac.i.payload.shape(), MV_QUEUE)
         mac_cmd = Signal(mac.i.payload.shape())
-        m.d.comb += [cq.w_data.eq(mac_cmd), mac.i.payload.eq(cq.r_data), mac.i.valid.eq(cq.r_rdy),
-                     cq.r_en.eq(mac.i.ready), act_open.eq(~cq.r_rdy)]
+        # A PLD's copy goes first: the array takes no command while it runs (its readers come soon).
+        m.d.comb += [cq.w_data.eq(mac_cmd), mac.i.payload.eq(cq.r_data), mac.i.valid.eq(cq.r_rdy & ~pld_busy),
+                     cq.r_en.eq(mac.i.ready & ~pld_busy), act_open.eq(~cq.r_rdy)]
         fin_log2 = _log2_sig(m, op.fan_in)
         m.d.comb += [mac_cmd.q_beat.eq(dq[0]), mac_cmd.s_beat.eq(dq[1]), mac_cmd.z_beat.eq(dq[2]),
                      mac_cmd.fan_in.eq(op.fan_in), mac_cmd.fan_out_log2.eq(op.fan_out_log2),

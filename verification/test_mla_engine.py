@@ -22,6 +22,7 @@ from cocotb.triggers import ClockCycles, RisingEdge
 
 from nano_k3.fixed import mla_attention, mla_score_const
 from nano_k3.fxp_ops import X
+from hw.mla_params import MlaParams
 from verification.tb import CycleCounter, QueuedSource, RecordingSink, Stream, start_clock_and_reset
 
 CFG_ENV, SEED_ENV, STEPS_ENV = "NANO_K3_RTL_CONFIG", "NANO_K3_SEED", "NANO_K3_MLA_STEPS"
@@ -97,6 +98,7 @@ class TB:
         cfg = json.loads(Path(os.environ[CFG_ENV]).read_text())
         self.dut, self.derived = dut, cfg["derived"]
         self.p = self.derived["params"]
+        self.params = MlaParams(**self.p)
         self.L = self.p["lanes"]
         fields_i, fields_o = cfg["streams"]["i"]["fields"], cfg["streams"]["o"]["fields"]
         self.off_i = [fields_i[f"data.{k}"][0] for k in range(self.L)]
@@ -226,16 +228,24 @@ async def mla_edges(dut):
 
 @cocotb.test()
 async def mla_max_seq(dut):
-    """A full max_seq sequence without stalls (cycles per position logged), then one with heavy stalls."""
+    """A full max_seq sequence and three positions of every other dims without stalls, each position's
+    latency equal to MlaParams.cycles; then a full sequence with heavy stalls."""
     seed = _seed() + 2
     tb = TB(dut, seed, in_idle=0.0, out_ready=1.0)
     await tb.start()
     T = tb.p["max_seq"]
     big = "nano" if "nano" in tb.dims else "tiny"
-    cycles = await tb.run_sequence(make_sequence(tb.nrng, f"maxseq-{big}-T{T}", DIMS[big], T))
+    latency = {}
+    for name, n in [(big, T)] + [(d, 3) for d in tb.dims if d != big]:
+        seq = make_sequence(tb.nrng, f"latency-{name}-T{n}", DIMS[name], n)
+        latency[name] = await tb.run_sequence(seq)
+        for t, got in enumerate(latency[name]):
+            want = tb.params.cycles(t, *seq.dims)
+            assert got == want, f"{seq.name} position {t}: {got} cycles, MlaParams.cycles gives {want}"
+    cycles = latency[big]
     dut._log.info(f"{big} dims {DIMS[big]}, no stalls: cycles per position t=0 {cycles[0]}, "
-                  f"t={T // 2 - 1} {cycles[T // 2 - 1]}, "
-                  f"t={T - 1} {cycles[-1]}; total {sum(cycles)} for {T} positions")
+                  f"t={T // 2 - 1} {cycles[T // 2 - 1]}, t={T - 1} {cycles[-1]} (each = MlaParams.cycles); "
+                  f"total {sum(cycles)} for {T} positions")
     tb.src.idle, tb.sink.ready_prob = 0.5, 0.4
     await tb.run_sequence(make_sequence(tb.nrng, f"maxseq-stall-tiny-T{T}", DIMS["tiny"], T))
     dut._log.info(f"seed {seed}: {tb.steps} position-steps bit-exact")
@@ -243,7 +253,7 @@ async def mla_max_seq(dut):
 
 # ---- pytest runner -------------------------------------------------------------------------------------
 # Chip presets to build: nano (16 lanes, nano maxima; tiny, nano and odd runtime dims) and tiny (8 lanes,
-# tiny maxima). Position-steps per build: random + 61 edge + 2 x max_seq.
+# tiny maxima). Position-steps per build: random + 61 edge + 2 x max_seq + 3 per other dims.
 BUILDS = {"nano": 700, "tiny": 120}
 
 

@@ -6,7 +6,7 @@ input streams (``i``: elements j .. j + K − 1 of every candidate, ``w``, ``pro
 elements, on every transfer) and random back-pressure on both outputs (``o``: K elements per
 transfer, ``e``). The unused candidate entries (k >= n) carry random values. Payload layouts, the
 build maxima and K (``lanes``) come from the ``config.json`` that rtl_gen wrote next to the Verilog.
-The pytest runner checks the block rtl_gen emits (K = 2) and a K = 1 build of the same maxima.
+The pytest runner checks the block rtl_gen emits (K = 2) and K = 1 and K = 4 builds of the same maxima.
 
 Environment read by the cocotb side: NANO_K3_RTL_CONFIG (config.json, required), NANO_K3_MIX_CASES
 (random cases, default 1000), NANO_K3_SEED (default 20240917).
@@ -115,7 +115,8 @@ def edge_cases(rng: np.random.Generator, max_n: int, max_d: int, lanes: int) -> 
         Case(f"d{dm}", np.stack([np.resize([5 << 20, 9 << 8], dm), np.resize([-3 << 10, 1], dm)]), w0[:dm], p0[:dm]),
         Case(f"d{dm}-n1", np.resize([-7 << 18, 3 << 17], (1, dm)), w0[:dm], p0[:dm]),
         Case(f"d{dm}-n{max_n}", np.stack([rand_vec(rng, dm, "normal") for _ in range(max_n)]), w0[:dm], p0[:dm]),
-        Case("d2-max-n", np.stack([rand_vec(rng, 2, "normal") for _ in range(max_n)]), w0[:2], p0[:2]),
+        Case(f"d{2 * dm}-max-n", np.stack([rand_vec(rng, 2 * dm, "normal") for _ in range(max_n)]),   # two transfers
+             w0[:2 * dm], p0[:2 * dm]),
         Case("full-range-params", nrm(max_n), *rand_params(rng, d, full=True)),
         Case("x-extremes", np.stack([np.full(d, X.hi), np.full(d, X.lo)]) if v_max(d) >= X.hi
              else np.stack([np.full(d, vm), np.full(d, -vm)]), w0, p0),
@@ -306,7 +307,7 @@ async def mix_random(dut):
 
 @cocotb.test()
 async def mix_latency(dut):
-    """No idles, no back-pressure: nano mixes (d = 64; n = 2, 1 and max_cands) take the documented cycles."""
+    """No idles, no back-pressure: nano mixes (d = 64, every n in 1..max_cands) take the documented cycles."""
     cfg, seed, max_n, max_d, lanes = _setup()
     assert max_d >= 64, f"the documented latencies are for d = 64, the build has max_d {max_d}"
     tb = TB(dut, cfg, seed + 2)
@@ -316,7 +317,7 @@ async def mix_latency(dut):
     d = 64
     documented = {n: lat for n, lat in enumerate(cfg["derived"]["latency_d64"], start=1)}
     assert documented[2] == cfg["derived"]["latency_n2_d64"], documented
-    ns = list(dict.fromkeys([2, 1, max_n]))
+    ns = range(1, max_n + 1)
     for n in ns:
         case = Case(f"nano-n{n}-d{d}", np.stack([rand_vec(rng, d, "normal") for _ in range(n)]),
                     *rand_params(rng, d, False))
@@ -330,10 +331,10 @@ async def mix_latency(dut):
 
 
 # ---- pytest runner -------------------------------------------------------------------------------------
-@pytest.mark.parametrize("lanes", [2, 1], ids=["k2", "k1"])
+@pytest.mark.parametrize("lanes", [2, 1, 4], ids=["k2", "k1", "k4"])
 def test_res_mixer_verilator(lanes):
-    """K = 2: the block rtl_gen emits; K = 1: the same maxima at one element per cycle (the chip's build),
-    registered for this test only."""
+    """K = 2: the block rtl_gen emits; K = 1 and K = 4: the same maxima at one and four elements per
+    cycle, registered for this test only."""
     from dataclasses import replace
     from functools import partial
     from unittest import mock
