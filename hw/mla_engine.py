@@ -38,24 +38,27 @@ meets every head's qr), so all heads advance together:
     its stage) -> T.fit -> the head's score buffer and running max (so a position takes at least H cycles).
   context pass, per L-wide chunk of v: for j in 0..t, max_h - t_j,h -> hw.lut_unit.Exp2Neg per head;
     e_j x v_j in the lane multipliers (the v read is issued late so it lands with e_j), per-lane
-    accumulators and sum e (exact); then the heads, one per cycle, through one hw.lut_unit.Recip of
-    sum e and one row of hw.lut_unit.ApplyMant on the numerator rounded to X.frac (round, saturate
-    to X), into the head's q buffer. The next chunk starts once the last head's beat is written.
+    accumulators and sum e (exact); then the heads, each in L / norm_units cycles, through one
+    hw.lut_unit.Recip of sum e and ``norm_units`` hw.lut_unit.ApplyMant units, norm_units lanes per
+    cycle, on the numerator rounded to X.frac (round, saturate to X), into the head's q buffer (byte
+    strobes write the cycle's lane group). The next chunk starts once the last head's beat is written.
+    (An ApplyMant is ~8.6k um2 in Nangate45 and works once per chunk: nano shares 4 among 16 lanes.)
   output: the q buffers, head by head, one beat per cycle while ``o`` is ready.
 exp2 tables: head k reads the k-th exp2 port of ``roms``; heads without one share msh_roms owned
 here, two heads per ROM (its two read ports).
-Latency (no stalls; MlaParams.cycles, checked by the test at every position): nano dims t = 0: 72
-cycles from the first input beat to the last output beat, t = 31: 227, t = 63: 387 (15 load +
-(t+1)(wk+wr) + 10 + wv ((t+1) + 21): 5 cycles per cached position for both heads). Throughput is
-one q.k word or one e.v word per cycle for every head; more lanes shorten both passes (L = 32:
-≈ 230 cycles at t = 63) at the price of more multipliers. Overlapping a chunk's normalisation with
-the next chunk (needs a copy of the accumulators) would save ~20 cycles per chunk.
+Latency (no stalls; MlaParams.cycles, checked by the test at every position): nano dims and build
+t = 0: 84 cycles from the first input beat to the last output beat, t = 31: 239, t = 63: 399 (15 load
++ (t+1)(wk+wr) + 10 + wv ((t+1) + 17 + H (L / norm_units + 1)): 5 cycles per cached position for
+both heads; norm_units = 16 would save 12 cycles per position). Throughput is one q.k word or one
+e.v word per cycle for every head; more lanes shorten both passes (L = 32: ≈ 240 cycles at t = 63)
+at the price of more multipliers. Overlapping a chunk's normalisation with the next chunk (needs a
+copy of the accumulators) would save ~26 cycles per chunk.
 """
 from __future__ import annotations
 
 import dataclasses
 
-from amaranth.hdl import Array, Cat, ClockSignal, Const, Instance, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Array, Cat, ClockSignal, Instance, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import stream, wiring
 from amaranth.lib.data import ArrayLayout, StructLayout
 from amaranth.lib.wiring import In, Out
@@ -77,7 +80,8 @@ def out_layout(p: MlaParams) -> StructLayout:
 
 
 class _Sram:
-    """One msh_sram instance (SPEC §5): write port w_*, read port r_* (data the cycle after r_en)."""
+    """One msh_sram instance (SPEC §5): write port w_*, read port r_* (data the cycle after r_en).
+    ``w_strb`` (byte write enables) is all ones unless driven."""
 
     def __init__(self, m: Module, name: str, depth: int, width: int):
         self.addr_bits = max(1, (depth - 1).bit_length())
@@ -85,11 +89,12 @@ class _Sram:
         self.w_addr = Signal(self.addr_bits, name=f"{name}_w_addr")
         self.r_addr = Signal(self.addr_bits, name=f"{name}_r_addr")
         self.w_data = Signal(width, name=f"{name}_w_data")
+        self.w_strb = Signal(width // 8, init=(1 << (width // 8)) - 1, name=f"{name}_w_strb")
         self.r_data = Signal(width, name=f"{name}_r_data")
         m.submodules[name] = Instance(
             "msh_sram", p_DEPTH=depth, p_WIDTH=width, p_ADDRW=self.addr_bits,
             i_clk=ClockSignal(), i_we=self.w_en, i_waddr=self.w_addr, i_wdata=self.w_data,
-            i_wstrb=Const((1 << (width // 8)) - 1, width // 8),
+            i_wstrb=self.w_strb,
             i_re=self.r_en, i_raddr=self.r_addr, o_rdata=self.r_data)
 
 
@@ -160,16 +165,17 @@ class MlaEngine(wiring.Component):
         def kr_row(pos):                        # its kr in bank 0
             return p.kr_base + pos * p.words(p.max_dr)
 
-        def head_by_head(start, name):
-            """(head, valid): the heads 0 .. H-1, one per cycle, from the cycle after a ``start`` pulse."""
-            hd, v = Signal(head, name=f"{name}_h"), Signal(name=f"{name}_v")
+        def head_by_head(start, name, groups_log2=0):
+            """(step, valid): the heads 0 .. H-1, each in 2^groups_log2 steps, one step per cycle from the
+            cycle after a ``start`` pulse; step = head << groups_log2 | group."""
+            st, v = Signal(head.width + groups_log2, name=f"{name}_s"), Signal(name=f"{name}_v")
             with m.If(start):
-                m.d.sync += [hd.eq(0), v.eq(1)]
-            with m.Elif(hd == H - 1):
+                m.d.sync += [st.eq(0), v.eq(1)]
+            with m.Elif(st == (H << groups_log2) - 1):
                 m.d.sync += v.eq(0)
             with m.Elif(v):
-                m.d.sync += hd.eq(hd + 1)
-            return hd, v
+                m.d.sync += st.eq(st + 1)
+            return st, v
 
         t_r = Signal(seq)                       # current position
 
@@ -381,25 +387,32 @@ class MlaEngine(wiring.Component):
         chunk_done = Signal()
         m.d.comb += chunk_done.eq(gs.v & gs.last)      # acc and sum_e final, held until the next chunk
 
-        # ---------------- normalisation, head by head: recip(sum e), numerator, apply_mant per lane -----
-        # acc and sum_e hold until the next chunk starts, which waits for norm_done.
-        nh, nv = head_by_head(chunk_done, "norm")
+        # ---------------- normalisation: recip(sum e), numerator, apply_mant, norm_units lanes a cycle --
+        # acc and sum_e hold until the next chunk starts, which waits for norm_done. Step s = head << gl |
+        # group takes lanes group*U .. group*U + U-1 of the head; Recip takes the head's sum e in each of
+        # its G steps (the same value), so that the reciprocal travels with the step.
+        U, G, gl = p.norm_units, p.norm_steps, p.norm_steps_log2
+        ns, nv = head_by_head(chunk_done, "norm", gl)
         m.submodules.recip = recip = Recip(m_bits=p.sum_bits, frac_bits=max(1, P.frac.bit_length()),
                                            rom_dir=self.rom_dir, port=port_of(self.roms, "recip"))
-        m.d.comb += [recip.i.m.eq(Array(sum_e)[nh]), recip.i.frac.eq(P.frac), recip.i_valid.eq(nv)]
-        rh = delay(m, 1, nh, Recip.LATENCY, "recip_h")
+        m.d.comb += [recip.i.m.eq(Array(sum_e)[ns >> gl]), recip.i.frac.eq(P.frac), recip.i_valid.eq(nv)]
+        rs = delay(m, 1, ns, Recip.LATENCY, "recip_s")
         apply = [ApplyMant(v_bits=p.num_bits, v_frac=NUM_FRAC, out_frac=X.frac, out_bits=XB,
-                           e_range=p.recip_e_range, mant_bits=len(recip.o.mant)) for _ in range(L)]
-        for k, am in enumerate(apply):
-            m.submodules[f"apply_{k}"] = am
-            lane_acc = Array(acc[hd][k] for hd in range(HM))[rh]
+                           e_range=p.recip_e_range, mant_bits=len(recip.o.mant)) for _ in range(U)]
+        for u, am in enumerate(apply):
+            m.submodules[f"apply_{u}"] = am
+            lane_acc = Array(acc[hd][g * U + u] for hd in range(HM) for g in range(G))[rs]     # index = step
             m.d.comb += [am.i.v.eq(round_shift_const(lane_acc, p.num_shift)), am.i.mant.eq(recip.o.mant),
                          am.i.e.eq(recip.o.e), am.i_valid.eq(recip.o_valid)]
-        ah, done = delay(m, 1, rh, ApplyMant.LATENCY, "apply_h"), apply[0].o_valid
+        a_s, done = delay(m, 1, rs, ApplyMant.LATENCY, "apply_s"), apply[0].o_valid
+        # the group's U results go to every group's place in the word; the byte strobes write one group
+        group_bytes = U * XB // 8
+        strobe = Cat(((a_s & (G - 1)) == g).replicate(group_bytes) for g in range(G))
         for hd, q in enumerate(qbufs):                  # the chunk's ctx beat waits in the head's q buffer
-            with m.If(done & (ah == hd)):
-                m.d.comb += [q.w_en.eq(1), q.w_addr.eq(w), q.w_data.eq(Cat(am.o.y for am in apply))]
-        m.d.comb += norm_done.eq(done & (ah == H - 1))
+            with m.If(done & ((a_s >> gl) == hd)):
+                m.d.comb += [q.w_en.eq(1), q.w_addr.eq(w), q.w_strb.eq(strobe),
+                             q.w_data.eq(Cat(am.o.y for am in apply).replicate(G))]
+        m.d.comb += norm_done.eq(done & (a_s == (H << gl) - 1))
         return m
 
 

@@ -43,7 +43,9 @@ class MlaParams:
     """Build maxima of the MLA engine; runtime H, dk, dr, dv, t may be anything up to them.
 
     Every one of the ``max_heads`` heads has its own cache bank, ``lanes`` multipliers and Exp2Neg,
-    so the heads run in parallel and the area grows with ``max_heads``."""
+    so the heads run in parallel and the area grows with ``max_heads``. The ``norm_units`` ApplyMant
+    units (~8.6k um2 each in Nangate45) normalise the heads' context chunks ``norm_units`` lanes per
+    cycle: fewer units cost heads x (lanes / norm_units - 1) cycles per chunk."""
 
     max_heads: int = 2
     max_dk: int = 32
@@ -51,6 +53,7 @@ class MlaParams:
     max_dv: int = 32
     max_seq: int = 64
     lanes: int = 16        # elements per cache word = multipliers per head
+    norm_units: int = 4    # ApplyMant units = lanes normalised per cycle (a power of two dividing lanes)
 
     def __post_init__(self) -> None:
         int_in("max_heads", self.max_heads, 1, 64)
@@ -60,13 +63,35 @@ class MlaParams:
         int_in("lanes", self.lanes, 1, 128)
         if self.lanes & (self.lanes - 1):
             raise ValueError(f"lanes must be a power of two (word index = element >> log2 lanes), got {self.lanes}")
+        int_in("norm_units", self.norm_units, 1, self.lanes)
+        if self.norm_units & (self.norm_units - 1):
+            raise ValueError(f"norm_units must be a power of two (a step's lane group is a bit field), "
+                             f"got {self.norm_units}")
+        if self.norm_units * X.bits % 8:
+            raise ValueError(f"norm_units x X.bits must be whole bytes (a lane group is written to the q buffer "
+                             f"by byte strobes), got {self.norm_units} x {X.bits}")
         if self.out_shift_min < 1:
             raise ValueError(f"final context shift would be {self.out_shift_min} < 1 with these formats")
+
+    @classmethod
+    def for_model(cls, cfg, lanes: int) -> "MlaParams":
+        """The chip's engine for model config ``cfg`` (a ``nano_k3.config.ModelConfig``), ``lanes`` per word."""
+        return cls(max_heads=cfg.mla_heads, max_dk=cfg.mla_dk, max_dr=cfg.mla_dr, max_dv=cfg.mla_dv,
+                   max_seq=cfg.max_seq, lanes=lanes)
 
     # Geometry ------------------------------------------------------------------------------------
     @property
     def lanes_log2(self) -> int:
         return self.lanes.bit_length() - 1
+
+    @property
+    def norm_steps(self) -> int:
+        """Cycles to normalise one head's chunk: its lanes, ``norm_units`` per cycle."""
+        return self.lanes // self.norm_units
+
+    @property
+    def norm_steps_log2(self) -> int:
+        return self.norm_steps.bit_length() - 1
 
     @property
     def max_dq(self) -> int:
@@ -206,9 +231,9 @@ class MlaParams:
         wq = wk + wr
         ws = max(wq, heads)             # score-pass cycles per position (the shared scaling: a head per cycle)
         score = t * ws + wq + SCORE_DRAIN + heads       # the last position's scores are scaled head by head
-        # per chunk: its (t+1) e x v words, the drain, the heads normalised one per cycle; and the heads'
-        # output beats of that chunk, one per cycle, at the end
-        return score + wv * ((t + 1) + CTX_DRAIN + 2 * heads)
+        # per chunk: its (t+1) e x v words, the drain, the heads normalised in norm_steps cycles each; and
+        # the heads' output beats of that chunk, one per cycle, at the end
+        return score + wv * ((t + 1) + CTX_DRAIN + heads * (self.norm_steps + 1))
 
     def cycles(self, t: int, heads: int, dk: int, dr: int, dv: int) -> int:
         """Cycles from the first input beat to the last output beat of position t with no stalls (exact)."""
@@ -221,5 +246,6 @@ CTX_DRAIN = 17      # context pipeline + Recip + ApplyMant + chunk switch per ch
 
 PRESETS = {
     "nano": MlaParams(),
-    "tiny": MlaParams(max_heads=1, max_dk=16, max_dr=8, max_dv=16, max_seq=64, lanes=8),
+    # one ApplyMant per lane: the tests' build of the unshared normalisation (nano shares 4 among 16 lanes)
+    "tiny": MlaParams(max_heads=1, max_dk=16, max_dr=8, max_dv=16, max_seq=64, lanes=8, norm_units=8),
 }

@@ -33,7 +33,7 @@ The sequencer overheads (``SEQ``) and the two engine constants without a formula
 (``KDA_DRAIN`` from hw/kda_engine.py's docstring, ``MAC_INPUT_PASS``) were measured from the RTL with
 verification/phase_monitor.py on nano-g128-s48-long (``python -m verification.bench``), documented
 where they are defined. With them every op of nano-g128-s48-long is predicted to the cycle (the run
-to 1 cycle in 160,562: the load phase's read latency is jitter); nano-g64-s64-long, not used for
+to 1 cycle in 161,138: the load phase's read latency is jitter); nano-g64-s64-long, not used for
 fitting, checks them (other group → other issue cycles, longer MLA cache).
 
 Load phase: header (256 B), descriptor table, tensor block and token ids, each one read request
@@ -232,8 +232,7 @@ class PerfModel:
     def mla_attention(self, t: int) -> int:
         """hw.mla_params.MlaParams.attention_cycles(t): after the MLA segment ops fed the position."""
         c = self.cfg
-        return MlaParams(max_heads=c.mla_heads, max_dk=c.mla_dk, max_dr=c.mla_dr, max_dv=c.mla_dv,
-                         max_seq=c.max_seq, lanes=LANES).attention_cycles(t, c.mla_heads, c.mla_dk, c.mla_dr, c.mla_dv)
+        return MlaParams.for_model(c, LANES).attention_cycles(t, c.mla_heads, c.mla_dk, c.mla_dr, c.mla_dv)
 
     def op_cycles(self, op: Op, t: int) -> int:
         """Cycles of one op at position t (0-based), its first cycle to its last (in which the next op is

@@ -180,9 +180,7 @@ class ChipCore(wiring.Component):
                                                  roms=roms["router"])
         kp = KdaParams(heads=cfg.kda_heads, dh=cfg.kda_dh, conv_k=cfg.conv_k, max_layers=max(1, cfg.n_kda_layers))
         kda = m.submodules.kda = KdaEngine(kp, rom_dir=b.rom_dir, roms=roms["kda"])
-        mla = m.submodules.mla = MlaEngine(MlaParams(max_heads=cfg.mla_heads, max_dk=cfg.mla_dk, max_dr=cfg.mla_dr,
-                                                     max_dv=cfg.mla_dv, max_seq=cfg.max_seq, lanes=L),
-                                           rom_dir=b.rom_dir, roms=roms["mla"])
+        mla = m.submodules.mla = MlaEngine(MlaParams.for_model(cfg, L), rom_dir=b.rom_dir, roms=roms["mla"])
         comb = m.submodules.combine = Combine(top_k=cfg.top_k, lanes=CL)
         m.d.comb += [mla.heads.eq(cfg.mla_heads), mla.dk.eq(cfg.mla_dk), mla.dr.eq(cfg.mla_dr),
                      mla.dv.eq(cfg.mla_dv), mla.score_const.eq(mla_score_const(cfg.mla_dk + cfg.mla_dr))]

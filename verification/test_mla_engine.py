@@ -252,8 +252,9 @@ async def mla_max_seq(dut):
 
 
 # ---- pytest runner -------------------------------------------------------------------------------------
-# Chip presets to build: nano (16 lanes, nano maxima; tiny, nano and odd runtime dims) and tiny (8 lanes,
-# tiny maxima). Position-steps per build: random + 61 edge + 2 x max_seq + 3 per other dims.
+# Chip presets to build: nano (16 lanes, 4 normalisation units: 4 steps per head and chunk; nano maxima;
+# tiny, nano and odd runtime dims) and tiny (8 lanes, 8 units: one step per head; tiny maxima).
+# Position-steps per build: random + 61 edge + 2 x max_seq + 3 per other dims.
 BUILDS = {"nano": 700, "tiny": 120}
 
 
@@ -272,7 +273,8 @@ def test_mla_params_rejected_with_value():
     from hw.mla_engine import MlaEngine
     from hw.mla_params import MlaParams
     for kw, text in (({"lanes": 12}, "got 12"), ({"max_seq": 1}, "got 1"), ({"max_heads": 0}, "got 0"),
-                     ({"max_dk": "32"}, "got '32'")):
+                     ({"max_dk": "32"}, "got '32'"), ({"norm_units": 3}, "got 3"),
+                     ({"norm_units": 32}, "in 1..16, got 32"), ({"lanes": 2}, "in 1..2, got 4")):
         with pytest.raises(ValueError, match=text):
             MlaParams(**kw)
     with pytest.raises(TypeError, match="got 3"):
