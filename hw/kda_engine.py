@@ -4,44 +4,60 @@ Reference: ``nano_k3.fixed`` (``kda_conv``, ``fxp_math.l2norm``, ``kda_beta``, `
 ``kda_state_update``, ``gated_norm``) composed as in ``FixedModel._kda``; formats are
 ``nano_k3.fxp_ops`` (docs/fixed_point.md), read at construction time, never repeated here.
 
-Input ``i`` (one element per transfer, any order within a position, ``last`` on the final one):
-``sel`` says which vector the element belongs to and ``idx`` its index (0..P-1; for B the head):
-  Q/K/V  pre-conv projections (X) with the channel's conv ``taps`` (Q4.11, tap K-1 = current input)
-  B      beta logit of head ``idx`` (X)
-  F      decay input f (X) with ``a`` = A of its head (UQ8.8) and ``dtb`` of the channel (Q4.11)
-  Z      output gate z (X) with ``w`` = onorm.w[idx mod dh] (Q2.13)
-``layer`` (region of the state / history SRAMs) and ``restart`` (first position of a sequence: the
-conv histories and the state read as zero, so SRAM contents at power-up never matter) must be the
-same on every element of a position.
+Input ``i``: one transfer carries L = ``KdaParams.lanes`` (1 or 2) consecutive elements of one vector:
+``sel`` says which vector, ``idx`` the index of the first element (a multiple of L), and every per-element
+field is an array over the lanes, lane k = element idx + k:
+  Q/K/V  pre-conv projections ``data[k]`` (X) with the channel's K conv taps ``taps[k K + j]`` (Q4.11,
+         tap K-1 = current input); P / L transfers each
+  B      beta logits ``data[k]`` of head idx + k (X); ceil(H / L) transfers, a lane beyond head H-1 is ignored
+  F      decay inputs f ``data[k]`` (X) with ``a[k]`` = A of its head (UQ8.8) and ``dtb[k]`` of the channel
+         (Q4.11); P / L transfers
+  Z      output gates z ``data[k]`` (X) with ``w[k]`` = onorm.w[(idx + k) mod dh] (Q2.13); P / L transfers
+Fields a transfer's vector does not use are ignored. The transfers of a position may come in any order:
+the engine counts those of Q, K, V, B and F (``KdaParams.state_transfers``) and starts the state update
+after the last of them, while Z's are still taken (the chip sends Q, K, V, B, F, then Z: the state update
+never waits for Z; the output pipeline waits until every transfer of the position is in). ``last`` marks
+the position's final transfer. ``layer`` (region of the state / history SRAMs) and ``restart`` (first
+position of a sequence: the conv histories and the state read as zero, so SRAM contents at power-up never
+matter) must be the same on every transfer of a position.
 
-Output ``o``: the gated, head-concatenated vector (P elements of X, index order, ``last`` on the
-final one) and, for verification, the read-out ``read`` = q_hat . S' (format S) of the same index.
+Output ``o``: the gated, head-concatenated vector (P elements of X, one a transfer, index order, ``last``
+on the final one) and, for verification, the read-out ``read`` = q_hat . S' (format S) of the same index.
 
-Micro-architecture (dh lanes, lane j = state column j; state SRAM word = one state row). The table
-functions are ``hw.lut_unit`` components: one ``Sigmoid`` (beta, sigmoid(z) and the SiLU of the conv
-outputs, which multiplies x by it), one ``KdaDecay``, one ``Rsqrt`` (the 2H L2 norms and the H gated
-norms) and three ``ApplyMant`` (k_hat, q_hat, the gated norm's read / rms).
-  ingest   element pipeline, one element a cycle (``i.ready`` = 1 until ``last``): conv window from
-           the history SRAM, taps, Sigmoid / KdaDecay, SiLU multiply, into the row buffer SRAM (q, k, v,
-           alpha per index) and the gate SRAM (sigmoid(z), w); running sums of q^2, k^2 per head.
-  norms    after the last element: rsqrt of every head's sum of k^2 and q^2, back to back.
+Micro-architecture (dh columns, column j = state column j; state SRAM word = one state row). The table
+functions are ``hw.lut_unit`` components: L ``Sigmoid`` (beta, sigmoid(z) and the SiLU of the conv
+outputs, which multiplies x by it; lane k reads the sigmoid ROM through ``roms["sigmoid"][k]`` when the
+chip passes it, else owns one), one L-lane ``kda_decay`` ``LutEval`` (the lanes on the two read ports of
+one ROM), one ``Rsqrt`` (the 2H L2 norms and the H gated norms) and three ``ApplyMant`` (k_hat, q_hat, the
+gated norm's read / rms). Row-buffer, gate and history SRAM words hold L consecutive indices.
+  ingest   element pipeline, one transfer a cycle (``i.ready`` = 1 until ``last``), per lane: conv window
+           from the history SRAM, taps, Sigmoid / KdaDecay, SiLU multiply, into the row buffer SRAM (q, k,
+           v, alpha per index) and the gate SRAM (sigmoid(z), w); running sums of q^2, k^2 per head.
+  norms    after the last Q/K/V/B/F transfer: rsqrt of every head's sum of k^2 and q^2, back to back.
   rows     per head, one state row a cycle through one pipeline (8 stages): pass 1 decays S[i] by
            alpha[i], writes it back, accumulates kS += k_hat[i] S'[i] (k_hat, q_hat by ApplyMant, kept
-           in the row buffer); u = v - kS, beta u on the lane multipliers (a 7-cycle gap); pass 2
+           in the row buffer); u = v - kS, beta u on the column multipliers (a 7-cycle gap); pass 2
            S'' = S' + k_hat[i] beta u, written back, read += q_hat[i] S''[i]. The next head's pass 1
            follows pass 2 without a gap (the first row of a pass loads the accumulators).
   tail     per head, overlapping the next head's rows: read is copied into a rotating register,
            sum read^2 (one squarer, dh cycles), rsqrt, then the back-pressured output pipeline
-           (ApplyMant, gain, x sigmoid(z)). ``i.ready`` rises again after the last output transfer.
-Each lane has two multipliers (33 x 25: S alpha, bu k_hat, u beta; 32 x 24: S' k_hat, S'' q_hat); every
+           (ApplyMant, gain, x sigmoid(z)), once Z is in. ``i.ready`` rises again after the last output.
+Each column has two multipliers (33 x 25: S alpha, bu k_hat, u beta; 32 x 24: S' k_hat, S'' q_hat); every
 multiply has a stage of its own, rounding shifts and saturation take the next one.
 
-Latency (no idles, no back-pressure; measured by verification/test_kda_engine.py ``kda_latency``):
-ingest takes one cycle per element (5P + H elements); the last output element leaves 256 cycles after
-the last input element for nano (H=2, dh=32: 322 + 256 = 578 cycles a position; was 322 + 338) and
-112 for tiny (H=1, dh=16: 81 + 112 = 193). Of the 256, roughly: 13 drain the ingest pipeline, 7 get head 0's
-rsqrts, 2 x (2 dh + 8) issue the rows, 7 finish the last row, dh + 2 sum read^2, 7 rsqrt, then
-dh outputs behind the 7-stage output pipeline.
+Latency (no idles, no back-pressure; ``KdaEngine.drain`` / ``z_drain``, measured by
+verification/test_kda_engine.py ``kda_latency``): ingest takes one cycle per transfer; the last output
+leaves at max(t_s + drain, t_z + z_drain), t_s the cycle of the last Q/K/V/B/F transfer, t_z that of the
+position's last transfer. drain = 2 dh + 33 + H (2 dh + 16) - 1, for either L: 256 for nano (H=2, dh=32),
+112 for tiny (H=1, dh=16). Of it: 13 drain the ingest pipeline and 7 get head 0's rsqrts (first row at
+20), 2 dh + 6 issue head 0's rows, 7 finish its last one, then one tail per head, each 2 dh + 16 cycles
+(1 takes read, dh + 2 sum read^2, 1 + 5 rsqrt, dh outputs behind the 7-stage output pipeline; slower than
+a head's rows, 2 dh + 7), the last output in the last tail's last cycle. z_drain (Z so late that head 0's
+outputs wait for it) = 12 to the gate SRAM + dh + 6 for head 0's outputs + (H - 1)(2 dh + 16): 130 for
+nano, 34 for tiny. A position in the chip's order, Z right behind F: 4 P / L + ceil(H / L) cycles of
+state transfers, then drain (Z's P / L transfers overlap it): nano 129 + 256 = 385 cycles at L=2,
+258 + 256 = 514 at L=1 (322 + 256 = 578 when the rows waited for Z); tiny 33 + 112 = 145 at L=2,
+65 + 112 = 177 at L=1.
 """
 from __future__ import annotations
 
@@ -54,7 +70,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.data import ArrayLayout, StructLayout
 from amaranth.lib.wiring import In, Out
 
-from hw.lut_unit import ApplyMant, KdaDecay, Rsqrt, Sigmoid, clamp, delay, port_of, round_shift_const
+from hw.lut_unit import ApplyMant, LutEval, Rsqrt, Sigmoid, clamp, decay_table_input, delay, port_of, round_shift_const
 from hw.params import int_in, pow2_at_least, require_instance
 from nano_k3 import fxp_math
 from nano_k3.config import L2_EPS, RMS_EPS
@@ -90,6 +106,7 @@ class KdaParams:
     dh: int = 32
     conv_k: int = 4
     max_layers: int = 2
+    lanes: int = 1              # elements per input transfer (a LUT ROM has two read ports)
 
     def __post_init__(self) -> None:
         int_in("heads", self.heads, 1, 16)
@@ -97,21 +114,40 @@ class KdaParams:
         pow2_at_least("dh", self.dh, 2, "the RMS mean is a shift")
         int_in("conv_k", self.conv_k, 2, 8)
         int_in("max_layers", self.max_layers, 1, 64)
+        int_in("lanes", self.lanes, 1, 2)
+
+    @classmethod
+    def for_model(cls, cfg, lanes: int) -> "KdaParams":
+        """The chip's engine for model config ``cfg`` (a ``nano_k3.config.ModelConfig``): state and conv
+        histories for its KDA layers, ``lanes`` input elements a transfer."""
+        return cls(heads=cfg.kda_heads, dh=cfg.kda_dh, conv_k=cfg.conv_k, max_layers=max(1, cfg.n_kda_layers),
+                   lanes=lanes)
 
     @property
     def width(self) -> int:
         return self.heads * self.dh
 
+    @property
+    def state_transfers(self) -> int:
+        """Input transfers of Q, K, V, B and F in one position (the state update starts after the last)."""
+        return 4 * self.width // self.lanes + -(-self.heads // self.lanes)
+
+    @property
+    def transfers(self) -> int:
+        """Input transfers of one position (the state inputs and Z)."""
+        return self.state_transfers + self.width // self.lanes
+
 
 def in_layout(p: KdaParams) -> StructLayout:
+    lanes = lambda shape: ArrayLayout(shape, p.lanes)      # noqa: E731  lane k = element idx + k
     return StructLayout({
         "sel": unsigned(3),
         "idx": unsigned(max(1, (p.width - 1).bit_length())),
-        "data": signed(X.bits),
-        "taps": ArrayLayout(signed(PARAM_BITS), p.conv_k),
-        "a": unsigned(PARAM_BITS),
-        "dtb": signed(PARAM_BITS),
-        "w": signed(PARAM_BITS),
+        "data": lanes(signed(X.bits)),
+        "taps": ArrayLayout(signed(PARAM_BITS), p.lanes * p.conv_k),     # lane k's at k conv_k + j
+        "a": lanes(unsigned(PARAM_BITS)),
+        "dtb": lanes(signed(PARAM_BITS)),
+        "w": lanes(signed(PARAM_BITS)),
         "layer": unsigned(max(1, (p.max_layers - 1).bit_length())),
         "restart": unsigned(1),
         "last": unsigned(1),
@@ -147,16 +183,41 @@ class KdaEngine(wiring.Component):
     E_TAB = E_SIG + Sigmoid.LATENCY
     E_WRITE = E_TAB + 2
     E_SUMS = E_WRITE + 2
-    # row pipeline stages (row issued at stage 0): 1 SRAM words, 2 lane product A, 3 rounded row (state
-    # write-back), 4 k_hat / q_hat (buffer write), 5 lane product B, 6 accumulators, 7 u / read captured
+    # row pipeline stages (row issued at stage 0): 1 SRAM words, 2 column product A, 3 rounded row (state
+    # write-back), 4 k_hat / q_hat (buffer write), 5 column product B, 6 accumulators, 7 u / read captured
     R_HAT = 1 + ApplyMant.LATENCY
     R_ACC = R_HAT + 2
     BU_GAP = R_ACC + 2          # cycles from the last pass-1 row to the first pass-2 row (bu ready)
     # output pipeline: ApplyMant, gain product, rounded, x sigmoid(z), output register
     O_LAT = ApplyMant.LATENCY + 4
 
+    @classmethod
+    def tail_cycles(cls, p: KdaParams) -> int:
+        """Cycles a head's tail holds the tail unit: take read, sum read^2 (dh + 2), the rsqrt request
+        register and Rsqrt, dh issues, the output pipeline (its last output leaves in the last cycle)."""
+        return 1 + (p.dh + 2) + (1 + Rsqrt.LATENCY) + p.dh + cls.O_LAT
+
+    @classmethod
+    def drain(cls, p: KdaParams) -> int:
+        """Cycles from the last Q/K/V/B/F transfer to the last output transfer (no back-pressure, Z in by then).
+
+        The rows start E_SUMS + Rsqrt.LATENCY + 2 cycles after it (sums complete, head 0's rsqrts); head 0's
+        last pass-2 row follows 2 dh + BU_GAP - 2 later, its read R_ACC + 1 later; from then on the tails
+        set the pace (one per tail_cycles: longer than a head's rows, 2 dh + BU_GAP - 1), the last one
+        ending a cycle before its tail would."""
+        first_row = cls.E_SUMS + Rsqrt.LATENCY + 2
+        head0_read = first_row + 2 * p.dh + cls.BU_GAP - 2 + cls.R_ACC + 1
+        return head0_read + p.heads * cls.tail_cycles(p) - 1
+
+    @classmethod
+    def z_drain(cls, p: KdaParams) -> int:
+        """Cycles from the position's last transfer to the last output transfer when it comes so late that
+        head 0's outputs wait for it: E_WRITE + 1 to the gate SRAM, head 0's dh outputs, the other tails."""
+        return cls.E_WRITE + 1 + p.dh - 1 + cls.O_LAT + (p.heads - 1) * cls.tail_cycles(p)
+
     def __init__(self, params: KdaParams, *, rom_dir: str = ROM_DIR, roms=None):
-        """``roms``: shared-ROM ports by table name (``hw.lut_unit.shared_rom``), else each LUT owns its ROM."""
+        """``roms``: shared-ROM ports by table name (``hw.lut_unit.shared_rom``), else each LUT owns its ROM;
+        lane k's Sigmoid takes ``roms["sigmoid"][k]``."""
         require_instance(self, params, KdaParams)
         if S.frac < X.frac:
             self._MustUse__silence = True
@@ -189,7 +250,9 @@ class KdaEngine(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         p = self.params
-        H, dh, K, Pw = p.heads, p.dh, p.conv_k, p.width
+        H, dh, K, Pw, L = p.heads, p.dh, p.conv_k, p.width, p.lanes
+        lg_l = L.bit_length() - 1
+        lane_of = lambda i: i[0] if L == 2 else Const(0, 1)    # noqa: E731  lane of index i in its SRAM word
         ip = self.i.payload
         one = Const(1, 1)
         hbits = max(1, (H - 1).bit_length())
@@ -221,19 +284,28 @@ class KdaEngine(wiring.Component):
             v = word[off[name][0]:off[name][0] + bits]
             return v.as_signed() if sgn else v
 
+        # row buffer and gate SRAM words hold the L indices of one transfer, lane k at bits [k w, (k + 1) w)
         st_w = _bytes(dh * S.bits)
-        hi_w = _bytes((K - 1) * X.bits)
+        hi_w = _bytes(L * (K - 1) * X.bits)
         fq = _bytes(max(X.bits, UNIT.bits))
         bf_off, bf_w = fields({"q": fq, "k": fq, "v": _bytes(X.bits), "alpha": _bytes(ALPHA.bits)})
         gt_off, gt_w = fields({"sigz": _bytes(P.bits), "w": PARAM_BITS})
-        st = sram("kda_state_sram", p.max_layers * H * dh, st_w)      # state rows
-        hs = sram("kda_hist_sram", p.max_layers * 3 * Pw, hi_w)       # conv histories (K-1 inputs)
-        bf = sram("kda_buf_sram", Pw, bf_w)                           # q, k (then q_hat, k_hat), v, alpha
-        gt = sram("kda_gate_sram", Pw, gt_w)                          # sigmoid(z), w (output pipeline)
+        st = sram("kda_state_sram", p.max_layers * H * dh, st_w)          # state rows
+        hs = sram("kda_hist_sram", p.max_layers * 3 * Pw // L, hi_w)      # conv histories (K-1 inputs)
+        bf = sram("kda_buf_sram", Pw // L, L * bf_w)                      # q, k (then q_hat, k_hat), v, alpha
+        gt = sram("kda_gate_sram", Pw // L, L * gt_w)                     # sigmoid(z), w (output pipeline)
+
+        def every_lane(mask: int, w: int) -> int:
+            """A byte-strobe mask of one lane's field, repeated in every lane of a w-bit-per-lane word."""
+            return sum(mask << (k * w // 8) for k in range(L))
 
         # ---- shared units -----------------------------------------------------------------------
-        m.submodules.sigmoid = sig = Sigmoid(rom_dir=self.rom_dir, port=port_of(self.roms, "sigmoid"))
-        m.submodules.decay = dec = KdaDecay(rom_dir=self.rom_dir)
+        sig = [Sigmoid(rom_dir=self.rom_dir, port=port_of(self.roms, "sigmoid", k)) for k in range(L)]
+        for k in range(L):
+            m.submodules[f"sigmoid{k}"] = sig[k]
+        # KdaDecay (its front end ``decay_table_input``) on L lanes of one LutEval: its lanes read the two
+        # ports of one kda_decay ROM
+        m.submodules.decay = dec = LutEval("kda_decay", lanes=L, rom_dir=self.rom_dir)
         m.submodules.rsqrt = rsq = self.rsqrt
         m.submodules.apply_k = apk = self.apply_k
         m.submodules.apply_q = apq = self.apply_q
@@ -258,78 +330,96 @@ class KdaEngine(wiring.Component):
         mant_o, e_o = Signal.like(rsq.o.mant, name="mant_o"), Signal.like(rsq.o.e, name="e_o")
         pos_done = Signal()
         take = Signal()
-        m.d.comb += [self.i.ready.eq(state == ISSUE["INGEST"]), take.eq(self.i.valid & self.i.ready)]
+        accept = Signal(init=1)             # the position's last transfer is not yet taken
+        n_state = Signal(range(p.state_transfers))      # Q, K, V, B, F transfers taken
+        in_done = Signal()                  # every transfer of the position is in the SRAMs (Z for the outputs)
+        m.d.comb += [self.i.ready.eq(accept), take.eq(self.i.valid & accept)]
 
         # ---- ingest pipeline (never stalls) ------------------------------------------------------
         hist_addr = Signal.like(hs["raddr"])
-        m.d.comb += [hist_addr.eq(ip.layer * (3 * Pw) + Mux(ip.sel > Sel.V, 0, ip.sel) * Pw + ip.idx),
+        m.d.comb += [hist_addr.eq((ip.layer * 3 + Mux(ip.sel > Sel.V, 0, ip.sel)) * (Pw // L) + ip.idx[lg_l:]),
                      hs["re"].eq(take), hs["raddr"].eq(hist_addr)]
         e1v, e1, e1a = Signal(), Signal(in_layout(p)), Signal.like(hist_addr)
         m.d.sync += [e1v.eq(take), e1.eq(ip), e1a.eq(hist_addr)]
         hword = Signal(hi_w)
         m.d.comb += hword.eq(Mux(e1.restart, 0, hs["rdata"]))
-        window = [hword[j * X.bits:(j + 1) * X.bits].as_signed() for j in range(K - 1)] + [e1.data]
-        m.d.comb += [hs["we"].eq(e1v & (e1.sel <= Sel.V)), hs["waddr"].eq(e1a),
-                     hs["wdata"].eq(_pack(*((w, X.bits) for w in window[1:]))), hs["wstrb"].eq((1 << (hi_w // 8)) - 1)]
-        # side band of an element from E1 to the SRAM writes
-        sb_layout = StructLayout({"v": 1, "sel": unsigned(3), "idx": len(ip.idx), "w": signed(PARAM_BITS)})
+        # side band of a transfer from E1 to the SRAM writes
+        sb_layout = StructLayout({"v": 1, "sel": unsigned(3), "idx": len(ip.idx),
+                                  "w": ArrayLayout(signed(PARAM_BITS), L), "last": 1})
         sb1 = Signal(sb_layout)
-        m.d.comb += [sb1.v.eq(e1v), sb1.sel.eq(e1.sel), sb1.idx.eq(e1.idx), sb1.w.eq(e1.w)]
-        # E2: conv products, f + dtb in X
-        prod_w = X.bits + PARAM_BITS
-        e2p = [Signal(signed(prod_w), name=f"conv_p{j}") for j in range(K)]
-        e2fx, e2a, e2d = Signal(signed(X.bits + 2)), Signal(unsigned(PARAM_BITS)), Signal(signed(X.bits))
-        m.d.sync += [*(e2p[j].eq(window[j] * e1.taps[j]) for j in range(K)),
-                     e2fx.eq(e1.data + (e1.dtb << (X.frac - TAP_FRAC))), e2a.eq(e1.a), e2d.eq(e1.data)]
-        sb2 = delay(m, one, sb1, 1, "sb")
-        # E3: conv sum; (f + dtb) A
-        e3sum = Signal(signed(prod_w + K.bit_length()))
-        e3g = Signal(signed(X.bits + 3 + PARAM_BITS))
-        e3d = Signal(signed(X.bits))
-        m.d.sync += [e3sum.eq(sum(e2p[1:], e2p[0])), e3g.eq(e2fx * e2a), e3d.eq(e2d)]
-        sb3 = delay(m, one, sb2, 1, "sb2")
-        # E4: into X: conv -> X.fit(frac + TAP_FRAC), F -> X.fit(frac + A_FRAC), B and Z as they are
-        x4 = Signal(signed(X.bits))
-        m.d.sync += x4.eq(Mux(sb3.sel <= Sel.V, clamp(round_shift_const(e3sum, TAP_FRAC), X.lo, X.hi),
-                              Mux(sb3.sel == Sel.F, clamp(round_shift_const(e3g, A_FRAC), X.lo, X.hi), e3d)))
+        m.d.comb += [sb1.v.eq(e1v), sb1.sel.eq(e1.sel), sb1.idx.eq(e1.idx), sb1.w.eq(e1.w), sb1.last.eq(e1.last)]
+        sb3 = delay(m, one, sb1, 2, "sb")
         sb4 = delay(m, one, sb3, 1, "sb3")
-        # E4 -> E9: sigmoid(x), kda_decay(x) (one cycle later, so both land at E9)
-        m.d.comb += [sig.i.x.eq(x4), sig.i_valid.eq(sb4.v), dec.i.g.eq(delay(m, one, x4, 1, "xg")),
-                     dec.i_valid.eq(0)]
-        x9 = delay(m, one, x4, Sigmoid.LATENCY, "xs")
         sb9 = delay(m, one, sb4, Sigmoid.LATENCY, "sb4")
-        # E10: SiLU product; table output by selector. E11: SiLU rounded to X
-        silu10 = Signal(signed(X.bits + P.bits + 1))
-        y10 = Signal(P.bits)
-        m.d.sync += [silu10.eq(x9 * sig.o.y), y10.eq(Mux(sb9.sel == Sel.F, dec.o.y, sig.o.y))]
-        sb10 = delay(m, one, sb9, 1, "sb9")
-        c11 = Signal(signed(X.bits))
-        m.d.sync += c11.eq(clamp(round_shift_const(silu10, P.frac), X.lo, X.hi))
-        y11 = delay(m, one, y10, 1, "y10")
-        sb11 = delay(m, one, sb10, 1, "sb10")
+        sb11 = delay(m, one, sb9, 2, "sb9")
+        dt = dec.lut
+
+        def ingest_lane(k):
+            """E1 .. E11 of lane k: returns its history window (K inputs), SiLU(conv) and table output."""
+            window = [hword.word_select(k * (K - 1) + j, X.bits).as_signed() for j in range(K - 1)] + [e1.data[k]]
+            # E2: conv products, f + dtb in X
+            prod_w = X.bits + PARAM_BITS
+            e2p = [Signal(signed(prod_w), name=f"conv_p{j}_{k}") for j in range(K)]
+            e2fx, e2a = Signal(signed(X.bits + 2), name=f"fx2_{k}"), Signal(unsigned(PARAM_BITS), name=f"a2_{k}")
+            e2d = Signal(signed(X.bits), name=f"d2_{k}")
+            m.d.sync += [*(e2p[j].eq(window[j] * e1.taps[k * K + j]) for j in range(K)),
+                         e2fx.eq(e1.data[k] + (e1.dtb[k] << (X.frac - TAP_FRAC))), e2a.eq(e1.a[k]), e2d.eq(e1.data[k])]
+            # E3: conv sum; (f + dtb) A
+            e3sum = Signal(signed(prod_w + K.bit_length()), name=f"conv_sum3_{k}")
+            e3g = Signal(signed(X.bits + 3 + PARAM_BITS), name=f"g3_{k}")
+            e3d = Signal(signed(X.bits), name=f"d3_{k}")
+            m.d.sync += [e3sum.eq(sum(e2p[1:], e2p[0])), e3g.eq(e2fx * e2a), e3d.eq(e2d)]
+            # E4: into X: conv -> X.fit(frac + TAP_FRAC), F -> X.fit(frac + A_FRAC), B and Z as they are
+            x4 = Signal(signed(X.bits), name=f"x4_{k}")
+            m.d.sync += x4.eq(Mux(sb3.sel <= Sel.V, clamp(round_shift_const(e3sum, TAP_FRAC), X.lo, X.hi),
+                                  Mux(sb3.sel == Sel.F, clamp(round_shift_const(e3g, A_FRAC), X.lo, X.hi), e3d)))
+            # E4 -> E9: sigmoid(x); kda_decay(x) one cycle later (E5 clamp, E6 table index), so both land at E9
+            u5 = Signal(dt.index_bits + dt.interp_bits, name=f"decay_u5_{k}")
+            m.d.comb += [sig[k].i.x.eq(x4), sig[k].i_valid.eq(sb4.v),
+                         u5.eq(decay_table_input(delay(m, one, x4, 1, f"xg_{k}")))]
+            m.d.sync += [dec.i[k].idx.eq(u5[dt.interp_bits:]), dec.i[k].r.eq(u5[:dt.interp_bits])]
+            x9 = delay(m, one, x4, Sigmoid.LATENCY, f"xs_{k}")
+            # E10: SiLU product; table output by selector. E11: SiLU rounded to X
+            silu10 = Signal(signed(X.bits + P.bits + 1), name=f"silu10_{k}")
+            y10 = Signal(P.bits, name=f"y10_{k}")
+            m.d.sync += [silu10.eq(x9 * sig[k].o.y), y10.eq(Mux(sb9.sel == Sel.F, dec.o[k], sig[k].o.y))]
+            c11 = Signal(signed(X.bits), name=f"c11_{k}")
+            m.d.sync += c11.eq(clamp(round_shift_const(silu10, P.frac), X.lo, X.hi))
+            return window, c11, delay(m, one, y10, 1, f"y10_{k}")
+
+        windows, c11, y11 = zip(*(ingest_lane(k) for k in range(L)))
+        m.d.comb += [hs["we"].eq(e1v & (e1.sel <= Sel.V)), hs["waddr"].eq(e1a),
+                     hs["wdata"].eq(_pack(*((w, X.bits) for win in windows for w in win[1:]))),
+                     hs["wstrb"].eq((1 << (hi_w // 8)) - 1)]
         # E11: SRAM / register writes
-        bword, gword = Signal(bf_w), Signal(gt_w)
-        m.d.comb += [bword.eq(_pack((c11, fq), (c11, fq), (c11, _bytes(X.bits)), (y11, _bytes(ALPHA.bits)))),
-                     gword.eq(_pack((y11, _bytes(P.bits)), (sb11.w, PARAM_BITS)))]
+        bword, gword = Signal(L * bf_w), Signal(L * gt_w)
+        m.d.comb += [bword.eq(Cat(*(_pack((c11[k], fq), (c11[k], fq), (c11[k], _bytes(X.bits)),
+                                          (y11[k], _bytes(ALPHA.bits))) for k in range(L)))),
+                     gword.eq(Cat(*(_pack((y11[k], _bytes(P.bits)), (sb11.w[k], PARAM_BITS)) for k in range(L))))]
         ing_we = sb11.v & ((sb11.sel <= Sel.V) | (sb11.sel == Sel.F))
-        ing_strb = Mux(_is(sb11.sel, Sel.Q), strb(bf_off, "q"), Mux(sb11.sel == Sel.K, strb(bf_off, "k"),
-                       Mux(sb11.sel == Sel.V, strb(bf_off, "v"), strb(bf_off, "alpha"))))
-        with m.If(sb11.v & (sb11.sel == Sel.B)):
-            m.d.sync += beta[sb11.idx[:hbits]].eq(y11)
-        m.d.comb += [gt["we"].eq(sb11.v & (sb11.sel == Sel.Z)), gt["waddr"].eq(sb11.idx), gt["wdata"].eq(gword),
-                     gt["wstrb"].eq((1 << (gt_w // 8)) - 1)]
-        # E12: squares for the L2 norms; E13: per-head sums
-        sq12 = Signal(unsigned(2 * X.bits))
-        m.d.sync += sq12.eq(c11 * c11)
+        ing_strb = Mux(_is(sb11.sel, Sel.Q), every_lane(strb(bf_off, "q"), bf_w),
+                       Mux(sb11.sel == Sel.K, every_lane(strb(bf_off, "k"), bf_w),
+                           Mux(sb11.sel == Sel.V, every_lane(strb(bf_off, "v"), bf_w),
+                               every_lane(strb(bf_off, "alpha"), bf_w))))
+        for k in range(L):
+            with m.If(sb11.v & (sb11.sel == Sel.B) & (sb11.idx + k < H)):
+                m.d.sync += beta[sb11.idx + k].eq(y11[k])
+        m.d.comb += [gt["we"].eq(sb11.v & (sb11.sel == Sel.Z)), gt["waddr"].eq(sb11.idx[lg_l:]), gt["wdata"].eq(gword),
+                     gt["wstrb"].eq((1 << (L * gt_w // 8)) - 1)]
+        with m.If(sb11.v & sb11.last):
+            m.d.sync += in_done.eq(1)
+        # E12: squares for the L2 norms; E13: per-head sums (the lanes of a transfer are in one head)
+        sq12 = [Signal(unsigned(2 * X.bits), name=f"sq12_{k}") for k in range(L)]
+        m.d.sync += [sq12[k].eq(c11[k] * c11[k]) for k in range(L)]
         sb12 = delay(m, one, sb11, 1, "sb11")
         h12 = sb12.idx >> self.lg_dh
         clear_ss = Signal()
         with m.If(clear_ss):
             m.d.sync += [s.eq(0) for s in (*ssq, *ssk)]
         with m.Elif(sb12.v & _is(sb12.sel, Sel.Q)):
-            m.d.sync += ssq[h12].eq(ssq[h12] + sq12)
+            m.d.sync += ssq[h12].eq(ssq[h12] + sum(sq12))
         with m.Elif(sb12.v & (sb12.sel == Sel.K)):
-            m.d.sync += ssk[h12].eq(ssk[h12] + sq12)
+            m.d.sync += ssk[h12].eq(ssk[h12] + sum(sq12))
 
         # ---- rsqrt requests: 2H L2 norms after the drain (tag 2h: k of head h, 2h + 1: q), then the tails' --
         l2_rq = Signal(range(2 * H + 1), init=2 * H)          # next L2 request; 2H = none pending
@@ -361,86 +451,92 @@ class KdaEngine(wiring.Component):
         ctl = [Signal(ctl_layout, name=f"row{k}") for k in range(self.R_ACC + 2)]
         m.d.sync += [ctl[k].eq(ctl[k - 1]) for k in range(1, len(ctl))]
         st_base = lambda c: layer * (H * dh) + c.head * dh                 # noqa: E731
-        bf_addr = lambda c: Cat(c.row, c.head[:hbits]) if H > 1 else c.row  # noqa: E731
+        # row buffer word of a row (index head dh + row)
+        bf_addr = lambda c: Cat(c.row[lg_l:], c.head[:hbits]) if H > 1 else c.row[lg_l:]  # noqa: E731
         m.d.comb += [st["re"].eq(ctl[0].v), st["raddr"].eq(st_base(ctl[0]) + ctl[0].row),
                      bf["re"].eq(ctl[0].v), bf["raddr"].eq(bf_addr(ctl[0]))]
         c1 = ctl[1]
-        lanes = range(dh)
-        srow = [Mux(restart & ~c1.p2, 0, st["rdata"][j * S.bits:(j + 1) * S.bits].as_signed()) for j in lanes]
-        b_q, b_k = field(bf["rdata"], bf_off, "q", X.bits), field(bf["rdata"], bf_off, "k", X.bits)
-        b_qhat, b_khat = field(bf["rdata"], bf_off, "q", UNIT.bits), field(bf["rdata"], bf_off, "k", UNIT.bits)
-        b_v = field(bf["rdata"], bf_off, "v", X.bits)
-        b_alpha = field(bf["rdata"], bf_off, "alpha", ALPHA.bits, sgn=False)
+        cols = range(dh)
+        srow = [Mux(restart & ~c1.p2, 0, st["rdata"][j * S.bits:(j + 1) * S.bits].as_signed()) for j in cols]
+        bword1 = bf["rdata"].word_select(lane_of(c1.row), bf_w)
+        b_q, b_k = field(bword1, bf_off, "q", X.bits), field(bword1, bf_off, "k", X.bits)
+        b_qhat, b_khat = field(bword1, bf_off, "q", UNIT.bits), field(bword1, bf_off, "k", UNIT.bits)
+        b_v = field(bword1, bf_off, "v", X.bits)
+        b_alpha = field(bword1, bf_off, "alpha", ALPHA.bits, sgn=False)
         # stage 1 -> 4: k_hat, q_hat (pass 1)
         m.d.comb += [apk.i_valid.eq(c1.v & ~c1.p2), apk.i.v.eq(b_k), apk.i.mant.eq(mant_k[c1.head]),
                      apk.i.e.eq(e_k[c1.head]),
                      apq.i_valid.eq(c1.v & ~c1.p2), apq.i.v.eq(b_q), apq.i.mant.eq(mant_q[c1.head]),
                      apq.i.e.eq(e_q[c1.head])]
-        vl = Array(Signal(signed(X.bits), name=f"v_{j}") for j in lanes)
+        vl = Array(Signal(signed(X.bits), name=f"v_{j}") for j in cols)
         with m.If(c1.v & ~c1.p2):
             m.d.sync += vl[c1.row].eq(b_v)
         # lane product A (stage 2): S alpha (pass 1), bu k_hat (pass 2), u beta (between the passes)
-        u_l = [Signal(signed(S.bits), name=f"u_{j}") for j in lanes]
-        bu = [Signal(signed(S.bits + 1), name=f"bu_{j}") for j in lanes]
+        u_l = [Signal(signed(S.bits), name=f"u_{j}") for j in cols]
+        bu = [Signal(signed(S.bits + 1), name=f"bu_{j}") for j in cols]
         pa_b_bits = max(ALPHA.bits, P.bits, UNIT.bits - 1) + 1
-        pa = [Signal(signed(S.bits + 1 + pa_b_bits), name=f"pa_{j}") for j in lanes]
+        pa = [Signal(signed(S.bits + 1 + pa_b_bits), name=f"pa_{j}") for j in cols]
         u_hold, bu_hold = Signal(), Signal()                 # u_l holds / pa holds u beta
         u_head = Signal.like(head)
-        for j in lanes:
+        for j in cols:
             a_op = Mux(u_hold, u_l[j], Mux(c1.p2, bu[j], srow[j]))
             b_op = Signal(signed(pa_b_bits), name=f"pa_b_{j}") if j == 0 else b_op
             if j == 0:
                 m.d.comb += b_op.eq(Mux(u_hold, beta[u_head], Mux(c1.p2, b_khat, b_alpha)))
             m.d.sync += pa[j].eq(a_op * b_op)
-        srow2 = [Signal(signed(S.bits), name=f"srow2_{j}") for j in lanes]
-        m.d.sync += [srow2[j].eq(srow[j]) for j in lanes]
+        srow2 = [Signal(signed(S.bits), name=f"srow2_{j}") for j in cols]
+        m.d.sync += [srow2[j].eq(srow[j]) for j in cols]
         qhat = delay(m, one, b_qhat, self.R_HAT - 1, "qhat")   # stage 4 (pass 2)
         # stage 3: S' = round(S alpha) (pass 1) or S'' = sat(S' + round(k_hat bu)) (pass 2); written back
         c2, c3, c4, c5 = ctl[2], ctl[3], ctl[4], ctl[5]
-        s3 = [Signal(signed(S.bits), name=f"srow3_{j}") for j in lanes]
+        s3 = [Signal(signed(S.bits), name=f"srow3_{j}") for j in cols]
         m.d.sync += [s3[j].eq(Mux(c2.p2, clamp(srow2[j] + round_shift_const(pa[j], UNIT.frac), S.lo, S.hi),
-                                  round_shift_const(pa[j], ALPHA.frac))) for j in lanes]
+                                  round_shift_const(pa[j], ALPHA.frac))) for j in cols]
         with m.If(bu_hold):
-            m.d.sync += [bu[j].eq(round_shift_const(pa[j], P.frac)) for j in lanes]
+            m.d.sync += [bu[j].eq(round_shift_const(pa[j], P.frac)) for j in cols]
         m.d.comb += [st["we"].eq(c3.v), st["waddr"].eq(st_base(c3) + c3.row), st["wdata"].eq(Cat(*s3)),
                      st["wstrb"].eq((1 << (st_w // 8)) - 1)]
-        s4 = [delay(m, one, s3[j], 1, f"srow4_{j}") for j in lanes]
+        s4 = [delay(m, one, s3[j], 1, f"srow4_{j}") for j in cols]
         # stage 4: k_hat / q_hat into the row buffer (pass 1); stage 5: lane product B
+        hats4 = _pack((apq.o.y, fq), (apk.o.y, fq))
+        hats4_strb = Const(strb(bf_off, "q", "k"), L * bf_w // 8) << (lane_of(c4.row) * (bf_w // 8))
         m.d.comb += [bf["we"].eq(Mux(c4.v & ~c4.p2, 1, ing_we)),
-                     bf["waddr"].eq(Mux(c4.v & ~c4.p2, bf_addr(c4), sb11.idx)),
-                     bf["wdata"].eq(Mux(c4.v & ~c4.p2, _pack((apq.o.y, fq), (apk.o.y, fq)), bword)),
-                     bf["wstrb"].eq(Mux(c4.v & ~c4.p2, strb(bf_off, "q", "k"), ing_strb))]
+                     bf["waddr"].eq(Mux(c4.v & ~c4.p2, bf_addr(c4), sb11.idx[lg_l:])),
+                     bf["wdata"].eq(Mux(c4.v & ~c4.p2, _pack(*((hats4, bf_w) for _ in range(L))), bword)),
+                     bf["wstrb"].eq(Mux(c4.v & ~c4.p2, hats4_strb, ing_strb))]
         pb_w = S.bits + UNIT.bits
-        pb = [Signal(signed(pb_w), name=f"pb_{j}") for j in lanes]
+        pb = [Signal(signed(pb_w), name=f"pb_{j}") for j in cols]
         hat4 = Mux(c4.p2, qhat, apk.o.y)
-        m.d.sync += [pb[j].eq(s4[j] * hat4) for j in lanes]
+        m.d.sync += [pb[j].eq(s4[j] * hat4) for j in cols]
         # stage 6: accumulators (the first row of a pass loads them)
-        acc = [Signal(signed(pb_w + self.lg_dh + 1), name=f"acc_{j}") for j in lanes]
+        acc = [Signal(signed(pb_w + self.lg_dh + 1), name=f"acc_{j}") for j in cols]
         with m.If(c5.v):
-            m.d.sync += [acc[j].eq(Mux(c5.first, pb[j], acc[j] + pb[j])) for j in lanes]
+            m.d.sync += [acc[j].eq(Mux(c5.first, pb[j], acc[j] + pb[j])) for j in cols]
         # stage 6 of a pass's last row: u = sat(v - kS) (pass 1) or read = sat(q_hat . S'') (pass 2)
         c6 = ctl[6]
-        rd = [Signal(signed(S.bits), name=f"read_{j}") for j in lanes]
+        rd = [Signal(signed(S.bits), name=f"read_{j}") for j in cols]
         rd_full, rd_head = Signal(), Signal.like(head)
         m.d.sync += [u_hold.eq(c6.v & c6.last & ~c6.p2), bu_hold.eq(u_hold), u_head.eq(c6.head)]
         with m.If(c6.v & c6.last & ~c6.p2):
             m.d.sync += [u_l[j].eq(clamp((vl[j] << (S.frac - X.frac)) - round_shift_const(acc[j], UNIT.frac),
-                                         S.lo, S.hi)) for j in lanes]
+                                         S.lo, S.hi)) for j in cols]
         with m.If(c6.v & c6.last & c6.p2):
-            m.d.sync += [rd[j].eq(clamp(round_shift_const(acc[j], UNIT.frac), S.lo, S.hi)) for j in lanes]
+            m.d.sync += [rd[j].eq(clamp(round_shift_const(acc[j], UNIT.frac), S.lo, S.hi)) for j in cols]
             m.d.sync += [rd_full.eq(1), rd_head.eq(c6.head)]
 
         # ---- row issue -------------------------------------------------------------------------
         first = Signal()
         last_head = (head == H - 1) if H > 1 else one
         m.d.comb += [ctl[0].row.eq(row), ctl[0].head.eq(head), ctl[0].first.eq(first), ctl[0].last.eq(row == dh - 1)]
+        with m.If(take & ip.last):
+            m.d.sync += accept.eq(0)
         with m.If(state == ISSUE["INGEST"]):
-            with m.If(take):
-                m.d.sync += [layer.eq(ip.layer), restart.eq(ip.restart)]
-                with m.If(ip.last):
-                    m.d.sync += [state.eq(ISSUE["DRAIN"]), cnt.eq(0)]
+            with m.If(take & (ip.sel != Sel.Z)):
+                m.d.sync += [layer.eq(ip.layer), restart.eq(ip.restart), n_state.eq(n_state + 1)]
+                with m.If(n_state == p.state_transfers - 1):
+                    m.d.sync += [state.eq(ISSUE["DRAIN"]), cnt.eq(0), n_state.eq(0)]
         with m.If(state == ISSUE["DRAIN"]):
-            # the sums of squares are complete E_SUMS cycles after the last element; head 0's two
+            # the sums of squares are complete E_SUMS cycles after the last Q/K/V/B/F transfer; head 0's two
             # rsqrt results Rsqrt.LATENCY + 2 cycles after that (k_hat needs them at row stage 1)
             m.d.sync += cnt.eq(cnt + 1)
             with m.If(cnt == self.E_SUMS - 2):
@@ -469,13 +565,13 @@ class KdaEngine(wiring.Component):
         with m.If(state == ISSUE["FINISH"]):
             with m.If(pos_done):
                 m.d.comb += clear_ss.eq(1)
-                m.d.sync += [state.eq(ISSUE["INGEST"]), head.eq(0)]
+                m.d.sync += [state.eq(ISSUE["INGEST"]), head.eq(0), accept.eq(1), in_done.eq(0)]
 
         # ---- tail: sum read^2 (one squarer), rsqrt, gated output pipeline -----------------------------
-        ordr = [Signal(signed(S.bits), name=f"oread_{j}") for j in lanes]   # rotates by one per use
+        ordr = [Signal(signed(S.bits), name=f"oread_{j}") for j in cols]   # rotates by one per use
         rotate = Signal()
         with m.If(rotate):
-            m.d.sync += [ordr[j].eq(ordr[(j + 1) % dh]) for j in lanes]
+            m.d.sync += [ordr[j].eq(ordr[(j + 1) % dh]) for j in cols]
         t_head = Signal.like(head)
         tcnt = Signal(range(dh + 2))
         sq_v = Signal()
@@ -490,7 +586,7 @@ class KdaEngine(wiring.Component):
         o_end = Signal()                                       # the output register holds a head's last element
         with m.If(tstate == TAIL["IDLE"]):
             with m.If(rd_full):
-                m.d.sync += [*(ordr[j].eq(rd[j]) for j in lanes), t_head.eq(rd_head), rd_full.eq(0),
+                m.d.sync += [*(ordr[j].eq(rd[j]) for j in cols), t_head.eq(rd_head), rd_full.eq(0),
                              tcnt.eq(0), ss_o.eq(0), tstate.eq(TAIL["SS"])]
         with m.If(tstate == TAIL["SS"]):
             m.d.sync += tcnt.eq(tcnt + 1)
@@ -504,7 +600,7 @@ class KdaEngine(wiring.Component):
             with m.If(rsqrt_o):
                 m.d.sync += [tstate.eq(TAIL["OUT"]), ocol.eq(0)]
         with m.If(tstate == TAIL["OUT"]):
-            m.d.comb += o_issue.eq(ocol < dh)
+            m.d.comb += o_issue.eq((ocol < dh) & in_done)
             with m.If(o_issue & adv):
                 m.d.comb += rotate.eq(1)
                 m.d.sync += ocol.eq(ocol + 1)
@@ -513,16 +609,16 @@ class KdaEngine(wiring.Component):
                 m.d.comb += pos_done.eq((t_head == H - 1) if H > 1 else 1)
         # O0 issue (gate SRAM read, ApplyMant input) | O1..O3 ApplyMant | O4 gain product | O5 rounded to X
         # | O6 x sigmoid(z) | O7 output register; every stage holds while the output register is full
-        gaddr = Cat(ocol[:self.lg_dh], t_head[:hbits]) if H > 1 else ocol[:self.lg_dh]
+        gaddr = Cat(ocol[lg_l:self.lg_dh], t_head[:hbits]) if H > 1 else ocol[lg_l:self.lg_dh]
         m.d.comb += [gt["re"].eq(o_issue & adv), gt["raddr"].eq(gaddr),
                      apo.en.eq(adv), apo.i_valid.eq(o_issue), apo.i.v.eq(ordr[0]), apo.i.mant.eq(mant_o),
                      apo.i.e.eq(e_o)]
-        osb_layout = StructLayout({"read": signed(S.bits), "end": 1, "last": 1})
+        osb_layout = StructLayout({"read": signed(S.bits), "end": 1, "last": 1, "lane": 1})
         osb0 = Signal(osb_layout)
-        m.d.comb += [osb0.read.eq(ordr[0]), osb0.end.eq(ocol == dh - 1),
+        m.d.comb += [osb0.read.eq(ordr[0]), osb0.end.eq(ocol == dh - 1), osb0.lane.eq(lane_of(ocol)),
                      osb0.last.eq((ocol == dh - 1) & ((t_head == H - 1) if H > 1 else 1))]
         osb3 = delay(m, adv, osb0, ApplyMant.LATENCY, "osb")
-        gword3 = delay(m, adv, gt["rdata"], ApplyMant.LATENCY - 1, "gate")
+        gword3 = delay(m, adv, gt["rdata"], ApplyMant.LATENCY - 1, "gate").word_select(osb3.lane, gt_w)
         sigz3 = field(gword3, gt_off, "sigz", P.bits, sgn=False)
         w3 = field(gword3, gt_off, "w", PARAM_BITS)
         g4 = Signal(signed(self.y_bits + PARAM_BITS + 2))
@@ -544,8 +640,8 @@ class KdaEngine(wiring.Component):
 
 # KDA dimensions per chip preset (hw.params.ChipParams.name); proposed for merging into ChipParams.
 KDA_PRESETS: dict[str, KdaParams] = {
-    "nano": KdaParams(heads=2, dh=32, conv_k=4, max_layers=2),
-    "tiny": KdaParams(heads=1, dh=16, conv_k=4, max_layers=2),
+    "nano": KdaParams(heads=2, dh=32, conv_k=4, max_layers=2, lanes=2),
+    "tiny": KdaParams(heads=1, dh=16, conv_k=4, max_layers=2, lanes=1),
 }
 
 
@@ -556,11 +652,14 @@ def kda_params_for(chip) -> KdaParams:
         raise ValueError(f"no KDA dimensions for chip preset {chip.name!r}; known: {', '.join(KDA_PRESETS)}") from None
 
 
-def kda_engine_block(chip) -> KdaEngine:
-    return KdaEngine(kda_params_for(chip))
+def kda_engine_block(chip, params: KdaParams | None = None) -> KdaEngine:
+    """The block rtl_gen emits (``params``: another build for the tests)."""
+    return KdaEngine(params or kda_params_for(chip))
 
 
-def kda_engine_derived(chip) -> dict:
-    kp = kda_params_for(chip)
-    return {"heads": kp.heads, "dh": kp.dh, "conv_k": kp.conv_k, "max_layers": kp.max_layers,
+def kda_engine_derived(chip, params: KdaParams | None = None) -> dict:
+    kp = params or kda_params_for(chip)
+    return {"heads": kp.heads, "dh": kp.dh, "conv_k": kp.conv_k, "max_layers": kp.max_layers, "lanes": kp.lanes,
+            "state_transfers": kp.state_transfers, "transfers": kp.transfers,
+            "drain": KdaEngine.drain(kp), "z_drain": KdaEngine.z_drain(kp),
             "sel": {s.name: int(s) for s in Sel}, "rom_dir": ROM_DIR, "roms": ["sigmoid", "kda_decay", "rsqrt"]}

@@ -357,6 +357,12 @@ class Exp2Neg(FixedPipe):
         return m
 
 
+def decay_table_input(g):
+    """KdaDecay's front end: g (X) clamped to [-range, range) and offset to the kda_decay table's input."""
+    lim = luts.DECAY_RANGE << X.frac
+    return clamp(g, -lim, lim - 1) + lim
+
+
 class KdaDecay(FixedPipe):
     """``fxp_math.kda_decay``: g in X clamped to [-range, range) -> ALPHA."""
 
@@ -376,9 +382,8 @@ class KdaDecay(FixedPipe):
         en = self.en
         m.submodules.lut = lut = LutEval("kda_decay", rom_dir=self.rom_dir)
         t = lut.lut
-        lim = luts.DECAY_RANGE << X.frac
         u = Signal(t.index_bits + t.interp_bits)
-        m.d.comb += u.eq(clamp(self.i.g, -lim, lim - 1) + lim)
+        m.d.comb += u.eq(decay_table_input(self.i.g))
         with m.If(en):
             m.d.sync += [lut.i[0].idx.eq(u[t.interp_bits:]), lut.i[0].r.eq(u[:t.interp_bits])]
         m.d.comb += [lut.en.eq(en), self.o.y.eq(lut.o[0])]

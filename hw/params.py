@@ -72,6 +72,7 @@ class ChipParams:
     ew_lanes: int = 2           # element-wise (ADD, SwiGLU) elements per cycle (hw.vector_unit; 1, 2 or 4)
     mix_lanes: int = 4          # residual-mixer elements per cycle (hw.res_mixer; 1, 2 or 4)
     comb_lanes: int = 2         # MoE-combine elements per cycle (hw.chip_glue.Combine; 1, 2 or 4)
+    kda_lanes: int = 2          # KDA engine input elements per cycle (hw.kda_engine.KdaParams.lanes; 1 or 2)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.isidentifier():
@@ -87,7 +88,7 @@ class ChipParams:
         int_in("mem_max_inflight", self.mem_max_inflight, 2, 1024)
         int_in("mem_len_bits", self.mem_len_bits, 8, 32)
         for name, allowed in (("norm_lanes", (1, 2, 4, 8)), ("mix_lanes", (1, 2, 4)), ("ew_lanes", (1, 2, 4)),
-                              ("comb_lanes", (1, 2, 4))):
+                              ("comb_lanes", (1, 2, 4)), ("kda_lanes", (1, 2))):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {', '.join(map(str, allowed))}, got {getattr(self, name)!r}")
         if self.max_fan_in % 2:
@@ -172,7 +173,7 @@ class ChipParams:
 PRESETS: dict[str, ChipParams] = {
     "nano": ChipParams(),
     # a narrow variant that simulates fast; same arithmetic, fewer lanes
-    "tiny": ChipParams(name="tiny", mac_lanes=4, max_fan_in=128, norm_lanes=4, mix_lanes=1),
+    "tiny": ChipParams(name="tiny", mac_lanes=4, max_fan_in=128, norm_lanes=4, mix_lanes=1, kda_lanes=1),
 }
 
 

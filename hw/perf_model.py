@@ -22,18 +22,19 @@ Engine formulas used (no stalls):
           same with K = ``comb_lanes`` and ``Combine.LATENCY`` (``ns`` sources side by side: the ElemFeeder reads each
           source's word once per 16 elements)
 * ROUTE   ``MoeRouter.latency(E) + top_k − 1``
-* KDA     one element a cycle (``n``); the last segment adds the engine's drain (``KDA_DRAIN``)
+* KDA     ``kda_lanes`` elements a cycle; the last segment (Z, the gate) ends ``KdaEngine.z_drain`` after its
+          last transfer or ``KdaEngine.drain`` after the state inputs' last one (F's), whichever is later
 * MLA     the feed segments one word a cycle; the last adds ``MlaParams.attention_cycles(t)`` (after the
           load): the attention over the t + 1 cached positions, all heads at once (grows with t)
 * PLD     the command only; in the background one weight-store read per ``banks`` beats (hw/weight_store.py)
           once the MAC array leaves the store port, + read latency: the PRF readers, EMB and the next
           PLD wait for it
 * EMB     three weight-store reads (scale, zero, row) + d/16 VRF writes
-The sequencer overheads (``SEQ``) and the two engine constants without a formula in the engine
-(``KDA_DRAIN`` from hw/kda_engine.py's docstring, ``MAC_INPUT_PASS``) were measured from the RTL with
+The sequencer overheads (``SEQ``) and the engine constant without a formula in the engine
+(``MAC_INPUT_PASS``) were measured from the RTL with
 verification/phase_monitor.py on nano-g128-s48-long (``python -m verification.bench``), documented
 where they are defined. With them every op of nano-g128-s48-long is predicted to the cycle (the run
-to 1 cycle in 161,138: the load phase's read latency is jitter); nano-g64-s64-long, not used for
+to 1 cycle in 152,642: the load phase's read latency is jitter); nano-g64-s64-long, not used for
 fitting, checks them (other group → other issue cycles, longer MLA cache).
 
 Load phase: header (256 B), descriptor table, tensor block and token ids, each one read request
@@ -46,6 +47,7 @@ import functools
 from dataclasses import dataclass, field
 
 from hw.chip_glue import Combine
+from hw.kda_engine import KdaEngine, KdaParams
 from hw.mac_array import MacArray
 from hw.mla_params import MlaParams
 from hw.moe_router import MoeRouter
@@ -61,8 +63,6 @@ MAC_LATENCY = MacArray.LATENCY
 NORM_GAP = NormUnit.GAP
 EW_LATENCY = Elementwise.LATENCY
 COMB_LATENCY = Combine.LATENCY
-KDA_DRAIN = 256             # hw.kda_engine docstring (measured there): last output 256 cycles after the last
-                            # input (nano)
 
 
 @dataclass(frozen=True)
@@ -76,6 +76,7 @@ class ChipPerfParams:
     ew_lanes: int                # element-wise elements per cycle (hw.params.ChipParams.ew_lanes)
     mix_lanes: int               # residual-mixer elements per cycle (hw.params.ChipParams.mix_lanes)
     comb_lanes: int              # MoE-combine elements per cycle (hw.params.ChipParams.comb_lanes)
+    kda_lanes: int               # KDA engine input elements per cycle (hw.params.ChipParams.kda_lanes)
     out_lanes: int = 16          # MAC results per output transfer (= VRF word)
     mem_base: int = 24           # SPEC §3 read latency (long profile): base + uniform [0, jitter]
     mem_jitter: int = 12
@@ -122,7 +123,9 @@ class SeqOverheads:
     first_emb: int = 1           # position 0's EMB: the descriptor prefetch starts with the position
     elem: int = 4                # element ops: DISPATCH, feeder start + read latency
     route: int = 1               # ROUTE beyond elem: the router's last pair to the collector
-    kda_seg: int = 4             # a KDA feed segment beyond n
+    kda_seg: int = 4             # a KDA feed segment beyond its transfers
+    kda_z: int = 0               # the last segment's end beyond its last transfer + z_drain
+    kda_state: int = 0           # the last segment's end beyond the state segments' end + drain
     mla_seg: int = 4             # an MLA feed segment beyond its words
     mla_last: int = 4            # the last MLA segment beyond the engine's attention cycles
     end: int = 2                 # END: DISPATCH, the argmax word's write handshake
@@ -170,11 +173,29 @@ def op_phase(ops: list[Op]) -> list[str]:
     return out
 
 
+@dataclass
+class _Cmd:
+    """A matvec on the MAC array's timeline: queued at ``push``, taken at ``cmd``."""
+    dst: int | None
+    push: int
+    issue: int                     # store-port cycles (MacArrayParams.issue_cycles)
+    latency: int                   # command taken -> result written (0: the head, which waits itself)
+    cmd: int = 0
+
+    @property
+    def done(self) -> int:
+        return self.cmd + self.latency if self.latency else 0
+
+
 @dataclass(frozen=True)
 class PerfModel:
     cfg: ModelConfig
     hw: ChipPerfParams = field(default_factory=lambda: chip_perf_params("nano"))
     seq: SeqOverheads = field(default_factory=SeqOverheads)
+
+    @functools.cached_property
+    def kda(self) -> KdaParams:
+        return KdaParams.for_model(self.cfg, self.hw.kda_lanes)
 
     @functools.cached_property
     def ops(self) -> tuple:
@@ -256,7 +277,7 @@ class PerfModel:
         if op.opc == Opc.ROUTE:
             return s.elem + s.route + self.router_cycles()
         if op.opc == Opc.KDA:
-            return s.kda_seg + op.n + (KDA_DRAIN if op.last else 0)
+            return s.kda_seg + -(-op.n // self.hw.kda_lanes) + (KdaEngine.z_drain(self.kda) + s.kda_z if op.last else 0)
         if op.opc == Opc.MLA:
             return (s.mla_last + op.nw + self.mla_attention(t)) if op.last else s.mla_seg + op.nw
         if op.opc == Opc.END:
@@ -270,14 +291,26 @@ class PerfModel:
         the VRF while the next ops run. An op waits for the results its sources (and, if it writes the
         VRF, its destination) are still owed; a non-keep MV's activations wait for the array to finish
         every queued command; the head, EMB and END wait for every result. A PLD's copy runs in the
-        background once the array leaves the store port; the PRF readers, EMB and the next PLD wait for it."""
+        background once the array leaves the store port, and the array takes no queued command until it
+        is done; the PRF readers, EMB and the next PLD wait for it."""
         s = self.seq
-        now, mac_free, port_free, pld_done = 0, 0, 0, 0
-        pld_busy = (0, 0)                            # the array takes no command while a PLD copies
-        owed: list[tuple[int, int]] = []             # (slot, cycle its result is written) of queued matvecs
+        now, pld_done, kda_state_end = 0, 0, 0
+        pld_busy = (0, 0)                  # the array takes no command while a PLD copies
+        cmds: list[_Cmd] = []              # matvecs in command order (the last: the array's latest)
         out = []
+
+        def after(c: _Cmd | None, gap: int) -> int:
+            return c.cmd + c.issue + gap if c else 0
+
+        def take(c: _Cmd, free: int) -> None:
+            """The array takes command c once queued, free and not held by a PLD copy."""
+            c.cmd = max(c.push + s.cmd_fifo, free)
+            if pld_busy[0] <= c.cmd < pld_busy[1]:
+                c.cmd = pld_busy[1]
+
         for k, (op, ph) in enumerate(zip(self.ops, self.op_phases)):
             cost = self.op_cycles(op, t)
+            owed = [(c.dst, c.done) for c in cmds if c.done > now]
             waits_all = op.opc in (Opc.EMB, Opc.END) or op.opc == Opc.MV and op.head
             writes = op.opc in (Opc.RMS, Opc.MIX, Opc.EW, Opc.COMB) or op.opc in (Opc.KDA, Opc.MLA) and op.last
             wait = [0]                                      # DISPATCH waits for ...
@@ -289,27 +322,35 @@ class PerfModel:
                 hazards = set(op.srcs) | ({op.dst} if writes else set())
                 wait += [d - now for x, d in owed if x in hazards]     # ... the results it depends on
             cost += max(wait)
-            if op.opc == Opc.PLD:
-                first = max(now + cost - 1 + s.pld_read, port_free)     # command taken in the op's last cycle
+            if op.opc == Opc.KDA:                           # the state update starts after the state segments
+                if op.last:
+                    cost = max(cost, kda_state_end + KdaEngine.drain(self.kda) + s.kda_state - now)
+                else:
+                    kda_state_end = now + cost
+            if op.opc == Opc.PLD:                           # requested in the op's last cycle
+                req = now + cost - 1
+                taken = [c for c in cmds if c.cmd <= req]
+                first = max(req + s.pld_read, after(taken[-1] if taken else None, s.mac_lock))
                 pld_done = first + -(-op.nbeats // self.hw.banks) - 1 + s.pld_write
-                pld_busy = (now + cost - 1, pld_done - s.pld_write + s.pld_release)
+                pld_busy = (req, pld_done - s.pld_write + s.pld_release)
+                free = after(taken[-1] if taken else None, s.mac_next)
+                for c in cmds[len(taken):]:                 # queued commands wait for the copy
+                    take(c, free)
+                    free = after(c, s.mac_next)
             if op.opc == Opc.MV:
+                mac_free = after(cmds[-1] if cmds else None, s.mac_next)
                 if op.keep:
                     push = now + s.keep_cmd
                 else:                                       # its activations enter once the array is free
                     push = max(now + cost - 1, mac_free + -(-op.fan_in // LANES) + s.act_cmd)
                 while not op.head and sum(d > push for _, d in owed) >= MV_QUEUE:
                     push = min(d for _, d in owed if d > push)          # the result queue is full
-                cmd = max(push + s.cmd_fifo, mac_free)
-                if pld_busy[0] <= cmd < pld_busy[1]:
-                    cmd = pld_busy[1]
+                c = _Cmd(op.dst, push, self.issue_cycles(op.fan_in, op.fan_out),
+                         0 if op.head else self.mac_cycles(op) + s.mv_done)
+                take(c, mac_free)
+                cmds = [x for x in cmds if x.done > now] + [c]
                 if not op.head:
                     cost = push - now + 1
-                mac_free = cmd + self.issue_cycles(op.fan_in, op.fan_out) + s.mac_next
-                port_free = cmd + self.issue_cycles(op.fan_in, op.fan_out) + s.mac_lock
-                owed = [(x, d) for x, d in owed if d > now]
-                if not op.head:
-                    owed.append((op.dst, cmd + self.mac_cycles(op) + s.mv_done))
             out.append(OpCost(k, op.opc.name, op.name, ph, cost))
             now += cost
         return out
@@ -362,7 +403,7 @@ def chip_perf_params(config: str = "nano", **override) -> ChipPerfParams:
     mp = mac_array_params_for(chip)
     return ChipPerfParams(**{**dict(mac_lanes=mp.lanes, banks=mp.store.banks, scale_lanes=mp.scale_lanes,
                                     norm_lanes=chip.norm_lanes, ew_lanes=chip.ew_lanes, mix_lanes=chip.mix_lanes,
-                                    comb_lanes=chip.comb_lanes),
+                                    comb_lanes=chip.comb_lanes, kda_lanes=chip.kda_lanes),
                              **override})
 
 

@@ -36,7 +36,7 @@ from amaranth.lib.wiring import In, Out
 
 from hw.chip_glue import Combine, ElemFeeder, WordFeeder
 from hw.kda_engine import KdaEngine, KdaParams
-from hw.lut_unit import Streamed, shared_rom
+from hw.lut_unit import RomPort, Streamed, shared_rom
 from hw.mac_array import MacArray, mac_array_params_for
 from hw.mac_input import MacInput
 from hw.mem_engine import MemEngine, MemPortSignature
@@ -59,7 +59,9 @@ from nano_k3.tensors import record_names
 RSP_DONE = 0x0000D0DE
 # LUT ROMs that two LUT units share (table, unit on port 1, unit on port 2), each unit a read port of its
 # own; the element-wise unit's SiLU lanes take the sigmoid ports in this order
-SHARED_ROMS = (("sigmoid", "router", "ew"), ("sigmoid", "kda", "ew"), ("rsqrt", "norm", "mixer"),
+# LUT ROMs shared between units: (table, the unit on read port 1, the unit on read port 2); a pair of
+# units on one port takes turns (the first while a ROUTE op runs, the second otherwise)
+SHARED_ROMS = (("sigmoid", "kda", "ew"), ("sigmoid", ("router", "kda"), "ew"), ("rsqrt", "norm", "mixer"),
                ("recip", "router", "mixer"), ("exp2", "mla", "mixer"))
 DESC_BANKS = 4             # descriptor SRAM banks (an op reads three consecutive records at once)
 MV_QUEUE = 4               # matvecs issued and not yet written back (the MAC array returns them in order)
@@ -90,6 +92,15 @@ class _RegFifo:
         with m.If(pop):
             m.d.sync += rd.eq(rd + 1)
         m.d.sync += n.eq(n + push - pop)
+
+
+def _time_shared(m: Module, port: RomPort, first: Signal) -> tuple[RomPort, RomPort]:
+    """Two users of one ROM read port: the first addresses it while ``first`` is high, the second otherwise."""
+    users = tuple(RomPort(port.table, tuple(Signal.like(a, name=f"{a.name}_u{k}") for a in port.addr), port.data)
+                  for k in range(2))
+    for j, a in enumerate(port.addr):
+        m.d.comb += a.eq(Mux(first, users[0].addr[j], users[1].addr[j]))
+    return users
 
 
 def _pow2(v: int) -> int:
@@ -155,12 +166,15 @@ class ChipCore(wiring.Component):
         wiring.connect(m, mem.mem, wiring.flipped(self.mem))
         mac = m.submodules.mac = MacArray(mp)
         minp = m.submodules.mac_input = MacInput(mac.act.payload.shape(), lanes=L, max_n=max_n)
-        # LUT ROMs shared by two engines that use the same table (one msh_rom, a read port each)
+        # LUT ROMs shared by engines that use the same table (a read port each, or one port in turns)
         roms: dict = {}                       # engine -> {table: (its ports, in SHARED_ROMS order)}
+        route_op = Signal()                   # a ROUTE op runs: the router's turn on a time-shared port
         for k, (table, *units) in enumerate(SHARED_ROMS):
             for unit, port in zip(units, shared_rom(m, table, b.rom_dir, f"{table}{k}_rom")):
-                roms.setdefault(unit, {}).setdefault(table, ())
-                roms[unit][table] += (port,)
+                for u, p in (zip(unit, _time_shared(m, port, route_op)) if isinstance(unit, tuple)
+                             else [(unit, port)]):
+                    roms.setdefault(u, {}).setdefault(table, ())
+                    roms[u][table] += (p,)
         NL = chip.norm_lanes
         norm = m.submodules.norm = NormUnit(NormParams(max_len=max_n, rom_dir=b.rom_dir, lanes=NL, l2=False),
                                             roms=roms["norm"])
@@ -170,7 +184,8 @@ class ChipCore(wiring.Component):
                                                              rom_dir=b.rom_dir, lanes=ML), roms=roms["mixer"])
         EL = chip.ew_lanes
         CL = chip.comb_lanes
-        elem_lanes = {Opc.RMS: NL, Opc.EW: EL, Opc.MIX: ML, Opc.COMB: CL}     # elements per feed transfer (others: 1)
+        KL = chip.kda_lanes
+        elem_lanes = {Opc.RMS: NL, Opc.EW: EL, Opc.MIX: ML, Opc.COMB: CL, Opc.KDA: KL}   # elements per feed transfer
         # a feed transfer carries K elements of each of an op's sources, and K PRF entries (mixer: w, proj)
         entries = max(MAX_SRCS, *(len(o.srcs) * elem_lanes.get(o.opc, 1) for o in prog.ops if o.opc in INTERLEAVED
                                    or o.opc in elem_lanes))
@@ -178,8 +193,7 @@ class ChipCore(wiring.Component):
         router = m.submodules.router = MoeRouter(MoeRouterParams(max_experts=max(2, cfg.n_experts),
                                                                  max_top_k=cfg.top_k), rom_dir=b.rom_dir,
                                                  roms=roms["router"])
-        kp = KdaParams(heads=cfg.kda_heads, dh=cfg.kda_dh, conv_k=cfg.conv_k, max_layers=max(1, cfg.n_kda_layers))
-        kda = m.submodules.kda = KdaEngine(kp, rom_dir=b.rom_dir, roms=roms["kda"])
+        kda = m.submodules.kda = KdaEngine(KdaParams.for_model(cfg, KL), rom_dir=b.rom_dir, roms=roms["kda"])
         mla = m.submodules.mla = MlaEngine(MlaParams.for_model(cfg, L), rom_dir=b.rom_dir, roms=roms["mla"])
         comb = m.submodules.combine = Combine(top_k=cfg.top_k, lanes=CL)
         m.d.comb += [mla.heads.eq(cfg.mla_heads), mla.dk.eq(cfg.mla_dk), mla.dr.eq(cfg.mla_dr),
@@ -272,7 +286,7 @@ class ChipCore(wiring.Component):
                                                    dh=cfg.kda_dh, conv_k=cfg.conv_k,
                                                    word_srcs=max(len(o.srcs) for o in prog.ops
                                                                  if o.opc in INTERLEAVED), lanes=max(elem_lanes.values()),
-                                                   entries=entries, pa_params=max(4, cfg.conv_k, NL, ML),
+                                                   entries=entries, pa_params=max(4, cfg.conv_k * KL, NL, ML),
                                                    pb_params=max(2, ML))
         wf = m.submodules.word_feeder = WordFeeder(slot_bits=sb, slot_words=SW, vrf_abits=vrf.abits)
         for k in range(4):
@@ -285,6 +299,7 @@ class ChipCore(wiring.Component):
         m.d.comb += [vrf.r_en.eq(ef.vrf_re | wf.vrf_re), vrf.r_addr.eq(Mux(ef.vrf_re, ef.vrf_raddr, wf.vrf_raddr))]
         fo = ef.o
         is_op = lambda c: op.opc == int(c)   # noqa: E731
+        m.d.comb += route_op.eq(is_op(Opc.ROUTE))
 
         # feed routing
         m.d.comb += [
@@ -300,12 +315,15 @@ class ChipCore(wiring.Component):
             router.i.payload.logit.eq(fo.payload.data[0]), router.i.payload.bias.eq(fo.payload.pa[:16]),
             router.i.payload.top_k.eq(cfg.top_k), router.i.payload.last.eq(fo.payload.final),
             *[comb.i.payload[k][j].eq(fo.payload.data[k * CL + j]) for k in range(cfg.top_k + 1) for j in range(CL)],
-            kda.i.payload.sel.eq(op.sel), kda.i.payload.idx.eq(fo.payload.idx), kda.i.payload.data.eq(fo.payload.data[0]),
-            kda.i.payload.a.eq(fo.payload.pb), kda.i.payload.dtb.eq(fo.payload.pa[:16]),
-            kda.i.payload.w.eq(fo.payload.pa[:16]), kda.i.payload.layer.eq(op.layer),
+            kda.i.payload.sel.eq(op.sel), kda.i.payload.idx.eq(fo.payload.idx),
+            *[f.eq(v) for k in range(KL) for f, v in (
+                (kda.i.payload.data[k], fo.payload.data[k]), (kda.i.payload.a[k], fo.payload.pb[:16]),   # one head
+                (kda.i.payload.dtb[k], fo.payload.pa[16 * k:16 * k + 16]),
+                (kda.i.payload.w[k], fo.payload.pa[16 * k:16 * k + 16]))],
+            kda.i.payload.layer.eq(op.layer),
             kda.i.payload.restart.eq(pos == 0), kda.i.payload.last.eq(fo.payload.final & op.last),
         ]
-        for j in range(cfg.conv_k):
+        for j in range(cfg.conv_k * KL):                 # lane k's taps at k conv_k + j, as in the PRF
             m.d.comb += kda.i.payload.taps[j].eq(fo.payload.pa[16 * j:16 * j + 16])
         for j in range(cfg.top_k):
             m.d.comb += comb.weights[j].eq(weights[j])

@@ -3,9 +3,12 @@
 Reference: nano_k3.fixed's KDA blocks (``kda_conv``, ``kda_beta``, ``kda_alpha``, ``l2norm``,
 ``kda_state_update``, ``gated_norm``) composed exactly as in ``FixedModel._kda`` (called, never
 re-implemented). Every position's gated output and read-out (q_hat . S', which exposes the state
-evolution) are compared bit for bit, under random input idle cycles, random element order and random
-output back-pressure, from a random initial SRAM state (Verilator ``--x-initial unique`` +
-``+verilator+rand+reset+2``): sequences start with ``restart``.
+evolution) are compared bit for bit, under random input idle cycles, random output back-pressure and
+two transfer orders: the chip's (Q, K, V, B, F, then Z, sometimes held off until the outputs wait for
+it) and a random one (Z's before the state inputs too), from a random initial SRAM state (Verilator
+``--x-initial unique`` + ``+verilator+rand+reset+2``): sequences start with ``restart``. Lanes the
+transfer does not use (B's beyond head H-1, fields of other vectors) carry garbage. The build's
+dimensions, lanes and documented latencies come from the ``config.json`` rtl_gen wrote.
 
 Speed: one coroutine drives the input, the back-pressure and the monitor with a single await per
 active cycle: at the falling clock edge it reads ``o.valid``, ``o.payload`` and ``i.ready`` (registers,
@@ -26,10 +29,13 @@ from dataclasses import dataclass
 
 import cocotb
 import numpy as np
+import pytest
+from amaranth.hdl import Shape
+from amaranth.lib.data import ArrayLayout
 from cocotb.triggers import FallingEdge, First, RisingEdge, Timer
 from cocotb.utils import get_sim_time
 
-from hw.kda_engine import PARAM_BITS, KdaParams, Sel, in_layout, kda_params_for, out_layout
+from hw.kda_engine import PARAM_BITS, KdaParams, Sel, in_layout, out_layout
 from nano_k3.config import L2_EPS
 from nano_k3.fixed import gated_norm, kda_alpha, kda_beta, kda_conv, kda_state_update
 from nano_k3.fxp_math import l2norm
@@ -119,7 +125,7 @@ def rand_input(rng, kp: KdaParams, scale: float) -> PosInput:
 @dataclass
 class Job:
     tag: str
-    words: list[int]                       # input payloads, in transfer order
+    words: list[int | None]                # input payloads in transfer order; None: one cycle held off
     gated: np.ndarray                      # (P,) expected o.data
     read: np.ndarray                       # (P,) expected o.read
 
@@ -134,7 +140,8 @@ class TB:
         self.idle_prob, self.ready_prob, self.shuffle_prob = 0.2, 0.7, 0.3
         self.mismatches: list[str] = []
         self.n_checked = 0
-        self.t_last_in = self.t_last_out = 0          # cycle numbers of the latest transfers
+        self.t_in: list[int] = []                     # cycle numbers of the input transfers of a run
+        self.t_last_out = 0                           # and of its latest last output
 
     async def start(self) -> None:
         dut = self.dut
@@ -181,7 +188,8 @@ class TB:
         o_valid, o_payload, o_ready = dut.o__valid, dut.o__payload, dut.o__ready
         last_bit = 1 << self.ol["last"].offset
         jobs = iter(jobs)
-        words: deque[int] = deque()
+        words: deque[int | None] = deque()
+        self.t_in = []
         pending: deque[Job] = deque()
         got: list[int] = []
         wire_valid = False               # i.valid as last written
@@ -210,7 +218,11 @@ class TB:
                     f"engine stuck: {len(pending)} positions pending (first: {pending[0].tag if pending else '-'})"
                 await FallingEdge(clk)
                 continue
-            if words and (held or rng.random() >= self.idle_prob):
+            if words and words[0] is None:
+                words.popleft()
+                if wire_valid:
+                    i_valid.value = wire_valid = False
+            elif words and (held or rng.random() >= self.idle_prob):
                 if not wire_valid:
                     i_valid.value = wire_valid = True
                 if not held:
@@ -218,7 +230,7 @@ class TB:
                 held = not ir
                 if ir:
                     words.popleft()
-                    self.t_last_in = self.cycle()
+                    self.t_in.append(self.cycle())
             elif wire_valid:
                 i_valid.value = wire_valid = False
             ready = rng.random() < self.ready_prob
@@ -241,8 +253,22 @@ class TB:
 
 def _setup():
     from rtl_gen import read_config
-    cfg, chip = read_config(os.environ[CFG_ENV])
-    return cfg, kda_params_for(chip), int(os.environ.get(SEED_ENV, DEFAULT_SEED))
+    cfg, _ = read_config(os.environ[CFG_ENV])
+    der = cfg["derived"]
+    kp = KdaParams(**{k: der[k] for k in ("heads", "dh", "conv_k", "max_layers", "lanes")})
+    return cfg, kp, int(os.environ.get(SEED_ENV, DEFAULT_SEED))
+
+
+def _put(word: int, shape, offset: int, value) -> int:
+    """``word`` with the field of ``shape`` at bit ``offset`` set to ``value`` (a sequence for an array;
+    a shorter one leaves the remaining elements as they were)."""
+    if isinstance(shape, ArrayLayout):
+        step = Shape.cast(shape.elem_shape).width
+        for k, v in enumerate(value):
+            word = _put(word, shape.elem_shape, offset + k * step, v)
+        return word
+    mask = (1 << Shape.cast(shape).width) - 1
+    return (word & ~(mask << offset)) | ((int(value) & mask) << offset)
 
 
 class Runner:
@@ -251,49 +277,47 @@ class Runner:
     def __init__(self, tb: TB, kp: KdaParams):
         self.tb, self.kp = tb, kp
         self.layers = [RefLayer(kp) for _ in range(kp.max_layers)]
-        self.il = dict(iter(in_layout(kp)))
         self.n = 0
 
-    def job(self, tag: str, layer: int, x: PosInput, lp: LayerParams, restart: bool) -> Job:
+    def job(self, tag: str, layer: int, x: PosInput, lp: LayerParams, restart: bool, z_gap: int = 0) -> Job:
+        """``z_gap``: cycles the input is held off before Z (in the chip's order; a shuffled job has none)."""
         if restart:
             self.layers[layer].reset()
         gated, read = self.layers[layer].step(x, lp)
         self.n += 1
-        return Job(f"{tag}/p{self.n - 1}", self.words(x, lp, layer, restart), gated, read)
+        return Job(f"{tag}/p{self.n - 1}", self.words(x, lp, layer, restart, z_gap), gated, read)
 
-    def words(self, x: PosInput, lp: LayerParams, layer: int, restart: bool) -> list[int]:
-        kp, f, rng = self.kp, self.il, self.tb.rng
+    def words(self, x: PosInput, lp: LayerParams, layer: int, restart: bool, z_gap: int) -> list[int | None]:
+        """The position's transfers, lane k of a transfer = element idx + k."""
+        kp, rng, L = self.kp, self.tb.rng, self.kp.lanes
+        chans = range(0, kp.width, L)
         items = []
         for s, vec in ((Sel.Q, x.pre[0]), (Sel.K, x.pre[1]), (Sel.V, x.pre[2])):
-            for c in range(kp.width):
-                items.append({"sel": int(s), "idx": c, "data": int(vec[c]),
-                              "taps": [int(t) for t in lp.taps[int(s), c]]})
-        items += [{"sel": int(Sel.B), "idx": h, "data": int(x.b[h])} for h in range(kp.heads)]
-        items += [{"sel": int(Sel.F), "idx": c, "data": int(x.f[c]), "a": int(lp.A[c // kp.dh]),
-                   "dtb": int(lp.dtb[c])} for c in range(kp.width)]
-        items += [{"sel": int(Sel.Z), "idx": c, "data": int(x.z[c]), "w": int(lp.w[c % kp.dh])}
-                  for c in range(kp.width)]
-        if rng.random() < self.tb.shuffle_prob:
+            items += [{"sel": s, "idx": c, "data": vec[c:c + L], "taps": lp.taps[s, c:c + L].reshape(-1)}
+                      for c in chans]
+        items += [{"sel": Sel.B, "idx": h, "data": x.b[h:h + L]} for h in range(0, kp.heads, L)]
+        items += [{"sel": Sel.F, "idx": c, "data": x.f[c:c + L], "a": lp.A[np.arange(c, c + L) // kp.dh],
+                   "dtb": lp.dtb[c:c + L]} for c in chans]
+        items += [{"sel": Sel.Z, "idx": c, "data": x.z[c:c + L], "w": lp.w[np.arange(c, c + L) % kp.dh]}
+                  for c in chans]
+        shuffled = rng.random() < self.tb.shuffle_prob
+        if shuffled:
             rng.shuffle(items)
-        size = self.tb.il.size
-        words = []
+        words: list[int | None] = []
         for n, it in enumerate(items):
+            if not shuffled and it["sel"] == Sel.Z and items[n - 1]["sel"] != Sel.Z:
+                words += [None] * z_gap
             it.update(layer=layer, restart=int(restart), last=int(n == len(items) - 1))
-            w = rng.getrandbits(size)                       # unused fields carry garbage
+            w = rng.getrandbits(self.tb.il.size)            # unused fields carry garbage
             for name, v in it.items():
-                if name == "taps":
-                    for k, t in enumerate(v):
-                        off = f["taps"].offset + k * PARAM_BITS
-                        w = (w & ~(((1 << PARAM_BITS) - 1) << off)) | ((t & ((1 << PARAM_BITS) - 1)) << off)
-                else:
-                    fo, fw = f[name].offset, f[name].width
-                    w = (w & ~(((1 << fw) - 1) << fo)) | ((v & ((1 << fw) - 1)) << fo)
+                w = _put(w, self.tb.il[name].shape, self.tb.il[name].offset, v)
             words.append(w)
         return words
 
 
-def random_jobs(tb: TB, run: Runner, kp: KdaParams, rng, n_pos: int) -> Iterator[Job]:
-    """Sequences of 4..40 positions per layer at one input scale, stall profile changing per sequence."""
+def random_jobs(tb: TB, run: Runner, kp: KdaParams, rng, n_pos: int, drain: int) -> Iterator[Job]:
+    """Sequences of 4..40 positions per layer at one input scale, stall profile changing per sequence;
+    one position in 8 holds Z off for up to twice the engine's drain."""
     done, s = 0, 0
     while done < n_pos:
         length = int(rng.integers(4, 40))
@@ -306,7 +330,9 @@ def random_jobs(tb: TB, run: Runner, kp: KdaParams, rng, n_pos: int) -> Iterator
                 # stall profile set when the job's words are queued (its first element)
                 tb.ready_prob = (0.15, 0.7, 1.0)[s % 3]
                 tb.idle_prob = (0.0, 0.2, 0.5)[(s // 3) % 3]
-                yield run.job(f"s{s}-l{layer}-sc{scale}", layer, rand_input(rng, kp, scale), lps[layer], t == 0)
+                z_gap = int(rng.integers(1, 2 * drain)) if rng.random() < 1 / 8 else 0
+                yield run.job(f"s{s}-l{layer}-sc{scale}", layer, rand_input(rng, kp, scale), lps[layer], t == 0,
+                              z_gap)
                 done += 1
         s += 1
 
@@ -319,12 +345,13 @@ async def kda_random(dut):
     tb = TB(dut, kp, seed)
     await tb.start()
     run = Runner(tb, kp)
-    await tb.run(random_jobs(tb, run, kp, np.random.default_rng(seed), n_pos))
+    await tb.run(random_jobs(tb, run, kp, np.random.default_rng(seed), n_pos, cfg["derived"]["drain"]))
     tb.verdict(run.n)
-    dut._log.info("kda_random: %d random positions bit-exact (H=%d dh=%d)", tb.n_checked, kp.heads, kp.dh)
+    dut._log.info("kda_random: %d random positions bit-exact (H=%d dh=%d L=%d)", tb.n_checked, kp.heads, kp.dh,
+                  kp.lanes)
 
 
-def edge_jobs(run: Runner, kp: KdaParams, rng) -> Iterator[Job]:
+def edge_jobs(run: Runner, kp: KdaParams, rng, drain: int) -> Iterator[Job]:
     P_, H = kp.width, kp.heads
     zero = PosInput(np.zeros((3, P_), np.int64), np.zeros(H, np.int64), np.zeros(P_, np.int64), np.zeros(P_, np.int64))
     lp = rand_params(rng, kp)
@@ -357,6 +384,10 @@ def edge_jobs(run: Runner, kp: KdaParams, rng) -> Iterator[Job]:
         pre[:2] = xvec(rng, (2, P_), QK_MAX_SCALE)
         x = PosInput(pre, np.full(H, X.lo), np.full(P_, X.hi), np.full(P_, X.lo))
         yield run.job("extreme-x", kp.max_layers - 1, x, lp1, False)
+    # Z (in the chip's order) long after the state update: the outputs wait for it
+    run.tb.shuffle_prob = 0.0
+    for t in range(3):
+        yield run.job("late-z", 0, rand_input(rng, kp, 1.0), lp, t == 0, 2 * drain)
 
 
 @cocotb.test()
@@ -365,38 +396,64 @@ async def kda_edge_cases(dut):
     tb = TB(dut, kp, seed + 1)
     await tb.start()
     run = Runner(tb, kp)
-    await tb.run(edge_jobs(run, kp, np.random.default_rng(seed + 1)))
+    await tb.run(edge_jobs(run, kp, np.random.default_rng(seed + 1), cfg["derived"]["drain"]))
     tb.verdict(run.n)
     dut._log.info("kda_edge_cases: %d named edge-case positions bit-exact", tb.n_checked)
 
 
 @cocotb.test()
 async def kda_latency(dut):
-    """No idles, no back-pressure: cycles from the last input element to the last output element."""
+    """No idles, no back-pressure, the chip's order: one transfer a cycle, the last output ``drain`` cycles
+    after the last Q/K/V/B/F transfer (Z right behind F), ``z_drain`` after the last Z when Z is held off."""
     cfg, kp, seed = _setup()
+    der = cfg["derived"]
     tb = TB(dut, kp, seed + 2)
     tb.idle_prob, tb.ready_prob, tb.shuffle_prob = 0.0, 1.0, 0.0
     await tb.start()
     rng = np.random.default_rng(seed + 2)
     run = Runner(tb, kp)
     lp = rand_params(rng, kp)
-    c0 = tb.cycle()
     await tb.run([run.job("latency", 0, rand_input(rng, kp, 1.0), lp, True)])
-    tb.verdict(1)
-    n_in = 5 * kp.width + kp.heads
-    dut._log.info("KDA position (H=%d dh=%d): ingest %d elements in %d cycles, last output %d cycles after the "
-                  "last input, total %d", kp.heads, kp.dh, n_in, tb.t_last_in - c0 + 1, tb.t_last_out - tb.t_last_in,
-                  tb.t_last_out - c0 + 1)
+    ingest, drain = tb.t_in[-1] - tb.t_in[0] + 1, tb.t_last_out - tb.t_in[kp.state_transfers - 1]
+    total = tb.t_last_out - tb.t_in[0] + 1
+    await tb.run([run.job("latency-late-z", 0, rand_input(rng, kp, 1.0), lp, False, 2 * der["drain"])])
+    z_drain = tb.t_last_out - tb.t_in[-1]
+    tb.verdict(2)
+    dut._log.info("LATENCY H=%d dh=%d L=%d: %d transfers in %d cycles (%d state), last output %d cycles after the "
+                  "last state transfer (documented %d), %d a position; Z late: %d after it (documented %d)",
+                  kp.heads, kp.dh, kp.lanes, kp.transfers, ingest, kp.state_transfers, drain, der["drain"], total,
+                  z_drain, der["z_drain"])
+    assert (ingest, drain, z_drain) == (kp.transfers, der["drain"], der["z_drain"]), (ingest, drain, z_drain)
 
 
 # ---- pytest runners --------------------------------------------------------------------------------------
-def _run(preset_name: str, positions: int):
+# build id: (chip preset, lanes, random positions): 1,000 random positions in total, plus 23 named
+# edge-case positions per build; each run's count is printed by the cocotb log ("kda_random: N ...").
+BUILDS = {"tiny-l1": ("tiny", 1, 350), "tiny-l2": ("tiny", 2, 350), "nano-l2": ("nano", 2, 150),
+          "nano-l1": ("nano", 1, 150)}
+
+
+@pytest.mark.parametrize("build", list(BUILDS))
+def test_kda_engine(build):
+    """The chip preset's KDA dimensions at ``lanes`` elements a transfer (the preset's own lane count is
+    the block rtl_gen emits), registered as a block for this test only."""
+    from dataclasses import replace
+    from functools import partial
+    from unittest import mock
+
+    from hw.kda_engine import kda_engine_block, kda_engine_derived, kda_params_for
     from hw.params import preset
     from nano_k3.luts import write_roms
-    from rtl_gen import emit, read_filelist
+    from rtl_gen import BLOCKS, emit, read_filelist
     from verification.runner import MODELS, SIM_ROOT, lint, run_cocotb
-    name = f"kda_engine_{preset_name}"
-    out = emit("kda_engine", SIM_ROOT / name / "rtl", preset(preset_name))
+    preset_name, lanes, positions = BUILDS[build]
+    chip = preset(preset_name)
+    name = f"kda_engine_{build.replace('-', '_')}"
+    kp = replace(kda_params_for(chip), lanes=lanes)
+    extra = {name: replace(BLOCKS["kda_engine"], build=partial(kda_engine_block, params=kp),
+                           derived=partial(kda_engine_derived, params=kp))}
+    with mock.patch.dict(BLOCKS, extra):
+        out = emit(name, SIM_ROOT / name / "rtl", chip)
     write_roms(out.verilog.parent / "roms")           # rtl/roms (SPEC §5)
     write_roms(SIM_ROOT / name / "roms")              # the simulator's working directory resolves roms/<t>.hex
     sources = [*read_filelist(out.filelist), MODELS / "msh_sram.v", MODELS / "msh_rom.v"]
@@ -405,22 +462,9 @@ def _run(preset_name: str, positions: int):
     res = run_cocotb(name, sources, out.top, "verification.test_kda_engine",
                      build_args=["--x-initial", "unique"], plusargs=["+verilator+rand+reset+2"],
                      extra_env={CFG_ENV: str(out.config), POS_ENV: str(positions)})
+    for line in res.log_text().splitlines():
+        if "LATENCY" in line:
+            print(line.strip())
     assert res.passed and res.n_tests == 3, res
-    return lint_result
-
-
-# 1,000 random positions in total (plus 20 named edge-case positions per preset); the random-case count
-# of each run is printed by the cocotb log ("kda_random: N random positions bit-exact").
-POSITIONS = {"tiny": 700, "nano": 300}
-
-
-def test_kda_engine_tiny():
-    lint_result = _run("tiny", POSITIONS["tiny"])
-    print(f"kda_engine tiny: {POSITIONS['tiny']} random + 20 edge-case positions bit-exact; "
-          f"lint {lint_result.errors} errors, {lint_result.warnings} warnings")
-
-
-def test_kda_engine_nano():
-    lint_result = _run("nano", POSITIONS["nano"])
-    print(f"kda_engine nano: {POSITIONS['nano']} random + 20 edge-case positions bit-exact; "
+    print(f"kda_engine {build}: {positions} random + 23 edge-case positions bit-exact; "
           f"lint {lint_result.errors} errors, {lint_result.warnings} warnings")
