@@ -74,8 +74,9 @@ HDR_CHECKS = ("magic", "version", "dims", "group", "seq_len", "positions", "alig
 
 
 class _RegFifo:
-    """A first-word-fall-through FIFO of ``depth`` (a power of two) registers (SPEC §5 leaves arrays
-    this small to flip-flops): ``w_en`` / ``w_rdy`` / ``w_data`` and ``r_en`` / ``r_rdy`` / ``r_data``."""
+    """A first-word-fall-through FIFO of ``depth`` (a power of two) separate registers, so synthesis
+    infers no memory (flow.synth allows only msh_sram / msh_rom arrays): ``w_en`` / ``w_rdy`` /
+    ``w_data`` and ``r_en`` / ``r_rdy`` / ``r_data``."""
 
     def __init__(self, m: Module, name: str, shape, depth: int):
         regs = Array(Signal(Shape.cast(shape).width, name=f"{name}_q{k}") for k in range(depth))
