@@ -124,8 +124,6 @@ class SeqOverheads:
     elem: int = 4                # element ops: DISPATCH, feeder start + read latency
     route: int = 1               # ROUTE beyond elem: the router's last pair to the collector
     kda_seg: int = 4             # a KDA feed segment beyond its transfers
-    kda_z: int = 0               # the last segment's end beyond its last transfer + z_drain
-    kda_state: int = 0           # the last segment's end beyond the state segments' end + drain
     mla_seg: int = 4             # an MLA feed segment beyond its words
     mla_last: int = 4            # the last MLA segment beyond the engine's attention cycles
     end: int = 2                 # END: DISPATCH, the argmax word's write handshake
@@ -277,7 +275,7 @@ class PerfModel:
         if op.opc == Opc.ROUTE:
             return s.elem + s.route + self.router_cycles()
         if op.opc == Opc.KDA:
-            return s.kda_seg + -(-op.n // self.hw.kda_lanes) + (KdaEngine.z_drain(self.kda) + s.kda_z if op.last else 0)
+            return s.kda_seg + -(-op.n // self.hw.kda_lanes) + (KdaEngine.z_drain(self.kda) if op.last else 0)
         if op.opc == Opc.MLA:
             return (s.mla_last + op.nw + self.mla_attention(t)) if op.last else s.mla_seg + op.nw
         if op.opc == Opc.END:
@@ -324,7 +322,7 @@ class PerfModel:
             cost += max(wait)
             if op.opc == Opc.KDA:                           # the state update starts after the state segments
                 if op.last:
-                    cost = max(cost, kda_state_end + KdaEngine.drain(self.kda) + s.kda_state - now)
+                    cost = max(cost, kda_state_end + KdaEngine.drain(self.kda) - now)
                 else:
                     kda_state_end = now + cost
             if op.opc == Opc.PLD:                           # requested in the op's last cycle
