@@ -8,7 +8,7 @@
   Full rate under no back-pressure.
 * ``WordFeeder``: whole VRF words (``LANES`` elements) of one slot, ``nw`` words from ``w0`` (MLA
   engine input, and both passes of ``hw.mac_input.MacInput``).
-* ``Combine``: ``nano_k3.fixed.moe_combine``, ``lanes`` elements per transfer.
+* ``Combine``: ``nano_k3.fixed.moe_combine`` and the residual add after it, ``lanes`` elements per transfer.
 Both feeders read 1 cycle after issuing and keep a 2-entry output queue with credit accounting (a
 read is issued only if its data has a free entry), so they never lose data under back-pressure.
 """
@@ -257,22 +257,24 @@ class WordFeeder(wiring.Component):
 
 
 class Combine(wiring.Component):
-    """moe_combine on ``lanes`` elements per transfer: ``i[k][j]`` = element j of source k (0: the shared
-    expert's output, 1..k: the chosen experts'), all X; ``weights`` RW; ``o[j]`` X."""
+    """moe_combine plus the residual add on ``lanes`` elements per transfer: ``i[k][j]`` = element j of
+    source k (0: the shared expert's output, 1..top_k: the chosen experts', top_k + 1: the residual p), all
+    X; ``weights`` RW; ``o[j]`` = X.fit(p + moe_combine(...)) in X (``FixedModel.step``'s ``p + moe``)."""
 
-    LATENCY = 3
+    LATENCY = 4
 
     def __init__(self, *, top_k: int, lanes: int = 1):
-        if not 1 <= top_k < MAX_SRCS:
+        if not 1 <= top_k <= MAX_SRCS - 2:
             self._MustUse__silence = True
-            raise ValueError(f"Combine: top_k must be in 1..{MAX_SRCS - 1}, got {top_k}")
+            raise ValueError(f"Combine: top_k must be in 1..{MAX_SRCS - 2} (shared + chosen + residual sources), "
+                             f"got {top_k}")
         if lanes not in (1, 2, 4):
             self._MustUse__silence = True
             raise ValueError(f"Combine: lanes must be 1, 2 or 4, got {lanes}")
         self.top_k, self.lanes = top_k, lanes
         el = ArrayLayout(signed(X.bits), lanes)
         super().__init__({
-            "i": In(stream.Signature(ArrayLayout(el, top_k + 1))),
+            "i": In(stream.Signature(ArrayLayout(el, top_k + 2))),
             "weights": In(ArrayLayout(unsigned(RW.bits), top_k)),
             "o": Out(stream.Signature(el)),
         })
@@ -281,23 +283,27 @@ class Combine(wiring.Component):
         m = Module()
         k = self.top_k
         en = Signal()
-        v = [Signal(name=f"cv{j}") for j in range(3)]
+        v = [Signal(name=f"cv{j}") for j in range(self.LATENCY - 1)]
         m.d.comb += [en.eq(~self.o.valid | self.o.ready), self.i.ready.eq(en)]
         with m.If(en):
-            m.d.sync += [v[0].eq(self.i.valid), v[1].eq(v[0]), self.o.valid.eq(v[1])]
+            m.d.sync += [v[0].eq(self.i.valid), *[v[j + 1].eq(v[j]) for j in range(len(v) - 1)],
+                         self.o.valid.eq(v[-1])]
+        sat = lambda r: Mux(r > X.hi, X.hi, Mux(r < X.lo, X.lo, r))     # noqa: E731
         pw = X.bits + RW.bits + 1
         for lane in range(self.lanes):
             prods = [Signal(signed(pw), name=f"cprod{j}_{lane}") for j in range(k)]
             sh = Signal(signed(pw), name=f"cshared_{lane}")
             tot = Signal(signed(pw + 2), name=f"ctot_{lane}")
+            moe = Signal(signed(X.bits), name=f"cmoe_{lane}")
+            res = [Signal(signed(X.bits), name=f"cres{j}_{lane}") for j in range(3)]   # p beside the stages
             with m.If(en):
-                m.d.sync += sh.eq(self.i.payload[0][lane] << RW.frac)
+                m.d.sync += [sh.eq(self.i.payload[0][lane] << RW.frac), res[0].eq(self.i.payload[k + 1][lane]),
+                             res[1].eq(res[0]), res[2].eq(res[1])]
                 for j in range(k):
                     m.d.sync += prods[j].eq(self.i.payload[j + 1][lane] * self.weights[j].as_unsigned())
                 total = sh
                 for p in prods:
                     total = total + p
-                m.d.sync += tot.eq(total)
-                r = (tot + (1 << (RW.frac - 1))) >> RW.frac
-                m.d.sync += self.o.payload[lane].eq(Mux(r > X.hi, X.hi, Mux(r < X.lo, X.lo, r)))
+                m.d.sync += [tot.eq(total), moe.eq(sat((tot + (1 << (RW.frac - 1))) >> RW.frac)),
+                             self.o.payload[lane].eq(sat(moe + res[2]))]
         return m

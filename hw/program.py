@@ -23,7 +23,7 @@ only a keep MV, and a PLD, start while matvec results are still being written):
   EW    src0, src1 -> dst         ADD or SWIGLU                                   [elementwise unit]
   KDA   src (segment sel)         KDA engine input; last=1 collects the output into dst
   ROUTE src                       router with bias = PRF a; experts/weights into registers  [router]
-  COMB  shared, outs -> dst       MoE combine with the router weights             [combine unit]
+  COMB  shared, outs, res -> dst  MoE combine with the router weights, plus the residual res  [combine unit]
   MLA   src words w0..w0+nw       MLA engine input beats; last=1 collects ctx into dst  [MLA engine]
   END                             argmax word, next position (or finish)
 """
@@ -120,6 +120,9 @@ def _check(cfg: ModelConfig) -> None:
             raise ValueError(f"MLA per-head widths must be multiples of {LANES} with several heads, got {d}")
     if cfg.n_shared != 1:
         raise ValueError(f"the combine unit expects one shared expert, got n_shared={cfg.n_shared}")
+    if cfg.top_k + 2 > MAX_SRCS:
+        raise ValueError(f"COMB reads the shared expert, top_k chosen ones and the residual: top_k must be at "
+                         f"most {MAX_SRCS - 2}, got {cfg.top_k}")
 
 
 def build_program(cfg: ModelConfig) -> list[Op]:
@@ -195,9 +198,8 @@ def build_program(cfg: ModelConfig) -> list[Op]:
         hids = [ew(EwKind.SWIGLU, g, u, cfg.d_ff) for g, u in gu]
         outs = [mv(label + ".d", hid, cfg.d_ff, d, expert=ex, rec_name=ename + ".d")
                 for (label, ename, ex), hid in zip(experts, hids)]
-        moe = new("moe")
-        ops.append(Op(Opc.COMB, tuple(outs), moe, n=d))
-        x = ew(EwKind.ADD, p, moe, d)
+        x = new("moe")       # the residual add p + moe is the combine unit's last stage
+        ops.append(Op(Opc.COMB, (*outs, p), x, n=d))
     x = mix(B + [x], "res_out")
     hn = rms(x, "final_norm.w", d)
     mv("head", hn, d, cfg.vocab, head=1)
@@ -457,7 +459,8 @@ def emulate(prog: Program, weights, tokens, trace: list | None = None) -> np.nda
                 choice = F.router_select(scores, prf[0], cfg.top_k)
                 rw = F.router_weights(scores[choice])
             elif op.opc == Opc.COMB:
-                vrf[op.dst] = F.moe_combine(vrf[op.srcs[0]], np.stack([vrf[s] for s in op.srcs[1:]]), rw)
+                moe = F.moe_combine(vrf[op.srcs[0]], np.stack([vrf[s] for s in op.srcs[1:-1]]), rw)
+                vrf[op.dst] = X.fit(vrf[op.srcs[-1]][:op.n] + moe, X.frac)
             elif op.opc == Opc.KDA:
                 kseg[op.sel] = (vrf[op.srcs[0]][:op.n].copy(), None if prf[0] is None else prf[0].copy(),
                                 None if prf[1] is None else prf[1].copy())

@@ -315,7 +315,7 @@ class ChipCore(wiring.Component):
             *[ew.i.payload.b[k].eq(fo.payload.data[EL + k]) for k in range(EL)],
             router.i.payload.logit.eq(fo.payload.data[0]), router.i.payload.bias.eq(fo.payload.pa[:16]),
             router.i.payload.top_k.eq(cfg.top_k), router.i.payload.last.eq(fo.payload.final),
-            *[comb.i.payload[k][j].eq(fo.payload.data[k * CL + j]) for k in range(cfg.top_k + 1) for j in range(CL)],
+            *[comb.i.payload[k][j].eq(fo.payload.data[k * CL + j]) for k in range(cfg.top_k + 2) for j in range(CL)],
             kda.i.payload.sel.eq(op.sel), kda.i.payload.idx.eq(fo.payload.idx),
             *[f.eq(v) for k in range(KL) for f, v in (
                 (kda.i.payload.data[k], fo.payload.data[k]), (kda.i.payload.a[k], fo.payload.pb[:16]),   # one head
