@@ -21,15 +21,17 @@ the position's final transfer. ``layer`` (region of the state / history SRAMs) a
 position of a sequence: the conv histories and the state read as zero, so SRAM contents at power-up never
 matter) must be the same on every transfer of a position.
 
-Output ``o``: the gated, head-concatenated vector (P elements of X, one a transfer, index order, ``last``
-on the final one) and, for verification, the read-out ``read`` = q_hat . S' (format S) of the same index.
+Output ``o``: the gated, head-concatenated vector (P elements of X, L a transfer, index order, ``last`` on
+the final one): ``data[k]`` is element t L + k of transfer t, ``read[k]`` (for verification) the read-out
+q_hat . S' (format S) of the same index.
 
 Micro-architecture (dh columns, column j = state column j; state SRAM word = one state row). The table
 functions are ``hw.lut_unit`` components: L ``Sigmoid`` (beta, sigmoid(z) and the SiLU of the conv
 outputs, which multiplies x by it; lane k reads the sigmoid ROM through ``roms["sigmoid"][k]`` when the
 chip passes it, else owns one), one L-lane ``kda_decay`` ``LutEval`` (the lanes on the two read ports of
-one ROM), one ``Rsqrt`` (the 2H L2 norms and the H gated norms) and three ``ApplyMant`` (k_hat, q_hat, the
-gated norm's read / rms). Row-buffer, gate and history SRAM words hold L consecutive indices.
+one ROM), one ``Rsqrt`` (the 2H L2 norms and the H gated norms) and 2 + L ``ApplyMant`` (k_hat, q_hat and,
+per output lane, the gated norm's read / rms). Row-buffer, gate and history SRAM words hold L consecutive
+indices.
   ingest   element pipeline, one transfer a cycle (``i.ready`` = 1 until ``last``), per lane: conv window
            from the history SRAM, taps, Sigmoid / KdaDecay, SiLU multiply, into the row buffer SRAM (q, k,
            v, alpha per index) and the gate SRAM (sigmoid(z), w); running sums of q^2, k^2 per head.
@@ -39,25 +41,28 @@ gated norm's read / rms). Row-buffer, gate and history SRAM words hold L consecu
            in the row buffer); u = v - kS, beta u on the column multipliers (a 7-cycle gap); pass 2
            S'' = S' + k_hat[i] beta u, written back, read += q_hat[i] S''[i]. The next head's pass 1
            follows pass 2 without a gap (the first row of a pass loads the accumulators).
-  tail     per head, overlapping the next head's rows: read is copied into a rotating register,
-           sum read^2 (one squarer, dh cycles), rsqrt, then the back-pressured output pipeline
-           (ApplyMant, gain, x sigmoid(z)), once Z is in. ``i.ready`` rises again after the last output.
+  tail     per head, overlapping the next head's rows: read is copied into a register rotating by L,
+           sum read^2 (L squarers, dh / L cycles), rsqrt, then the back-pressured output pipeline, L lanes
+           (ApplyMant, gain, x sigmoid(z); one gate SRAM word a transfer), once Z is in. ``i.ready`` rises
+           again after the last output.
 Each column has two multipliers (33 x 25: S alpha, bu k_hat, u beta; 32 x 24: S' k_hat, S'' q_hat); every
 multiply has a stage of its own, rounding shifts and saturation take the next one.
 
 Latency (no idles, no back-pressure; ``KdaEngine.drain`` / ``z_drain``, measured by
 verification/test_kda_engine.py ``kda_latency``): ingest takes one cycle per transfer; the last output
 leaves at max(t_s + drain, t_z + z_drain), t_s the cycle of the last Q/K/V/B/F transfer, t_z that of the
-position's last transfer. drain = 2 dh + 33 + H (2 dh + 16) - 1, for either L: 256 for nano (H=2, dh=32),
-112 for tiny (H=1, dh=16). Of it: 13 drain the ingest pipeline and 7 get head 0's rsqrts (first row at
-20), 2 dh + 6 issue head 0's rows, 7 finish its last one, then one tail per head, each 2 dh + 16 cycles
-(1 takes read, dh + 2 sum read^2, 1 + 5 rsqrt, dh outputs behind the 7-stage output pipeline; slower than
-a head's rows, 2 dh + 7), the last output in the last tail's last cycle. z_drain (Z so late that head 0's
-outputs wait for it) = 12 to the gate SRAM + dh + 6 for head 0's outputs + (H - 1)(2 dh + 16): 130 for
-nano, 34 for tiny. A position in the chip's order, Z right behind F: 4 P / L + ceil(H / L) cycles of
-state transfers, then drain (Z's P / L transfers overlap it): nano 129 + 256 = 385 cycles at L=2,
-258 + 256 = 514 at L=1 (322 + 256 = 578 when the rows waited for Z); tiny 33 + 112 = 145 at L=2,
-65 + 112 = 177 at L=1.
+position's last transfer. A head's rows take R = 2 dh + 7 cycles (two passes, the bu gap), its tail
+T = 2 dh / L + 16 (1 takes read, dh / L + 2 sum read^2, 1 + 5 rsqrt, dh / L output transfers behind the
+7-stage output pipeline). drain = 2 dh + 33 + (H - 1) max(R, T) + T - 1: 13 drain the ingest pipeline and
+7 get head 0's rsqrts (first row at 20), 2 dh + 6 issue head 0's rows, 7 finish its last one, then each
+further head's read is taken max(R, T) after the previous one (the tails set the pace at L=1, the rows at
+L=2 once dh >= 16), the last output in the last tail's last cycle: nano (H=2, dh=32) 215 at L=2
+(T=48 < R=71), 256 at L=1 (T=80); tiny (H=1, dh=16) 96 at L=2 (T=32), 112 at L=1 (T=48). z_drain (Z so
+late that head 0's outputs wait for it) = 12 to the gate SRAM + dh / L + 6 for head 0's outputs
++ (H - 1) T: nano 82 at L=2, 130 at L=1; tiny 26 at L=2, 34 at L=1. A position in the chip's order, Z
+right behind F: 4 P / L + ceil(H / L) cycles of state transfers, then drain (Z's P / L transfers overlap
+it): nano 129 + 215 = 344 cycles at L=2, 258 + 256 = 514 at L=1 (322 + 256 = 578 when the rows waited for
+Z); tiny 33 + 96 = 129 at L=2, 65 + 112 = 177 at L=1.
 """
 from __future__ import annotations
 
@@ -155,7 +160,8 @@ def in_layout(p: KdaParams) -> StructLayout:
 
 
 def out_layout(p: KdaParams) -> StructLayout:
-    return StructLayout({"data": signed(X.bits), "read": signed(S.bits), "last": unsigned(1)})
+    lanes = lambda shape: ArrayLayout(shape, p.lanes)      # noqa: E731  lane k = element index + k
+    return StructLayout({"data": lanes(signed(X.bits)), "read": lanes(signed(S.bits)), "last": unsigned(1)})
 
 
 def _is(v, const: int):
@@ -193,27 +199,34 @@ class KdaEngine(wiring.Component):
 
     @classmethod
     def tail_cycles(cls, p: KdaParams) -> int:
-        """Cycles a head's tail holds the tail unit: take read, sum read^2 (dh + 2), the rsqrt request
-        register and Rsqrt, dh issues, the output pipeline (its last output leaves in the last cycle)."""
-        return 1 + (p.dh + 2) + (1 + Rsqrt.LATENCY) + p.dh + cls.O_LAT
+        """Cycles a head's tail holds the tail unit: take read, sum read^2 (dh / L + 2), the rsqrt request
+        register and Rsqrt, dh / L issues, the output pipeline (its last output leaves in the last cycle)."""
+        return 1 + (p.dh // p.lanes + 2) + (1 + Rsqrt.LATENCY) + p.dh // p.lanes + cls.O_LAT
+
+    @classmethod
+    def head_rows(cls, p: KdaParams) -> int:
+        """Cycles between the first rows of consecutive heads: two passes of dh rows and the bu gap."""
+        return 2 * p.dh + cls.BU_GAP - 1
 
     @classmethod
     def drain(cls, p: KdaParams) -> int:
         """Cycles from the last Q/K/V/B/F transfer to the last output transfer (no back-pressure, Z in by then).
 
         The rows start E_SUMS + Rsqrt.LATENCY + 2 cycles after it (sums complete, head 0's rsqrts); head 0's
-        last pass-2 row follows 2 dh + BU_GAP - 2 later, its read R_ACC + 1 later; from then on the tails
-        set the pace (one per tail_cycles: longer than a head's rows, 2 dh + BU_GAP - 1), the last one
-        ending a cycle before its tail would."""
+        last pass-2 row follows head_rows - 1 later, its read R_ACC + 1 later; each further head's read is
+        taken one head_rows or one tail later, whichever is longer (a read waits for the tail; a tail, for
+        its head's rows); the last output leaves in the last tail's last cycle."""
         first_row = cls.E_SUMS + Rsqrt.LATENCY + 2
-        head0_read = first_row + 2 * p.dh + cls.BU_GAP - 2 + cls.R_ACC + 1
-        return head0_read + p.heads * cls.tail_cycles(p) - 1
+        head0_read = first_row + cls.head_rows(p) - 1 + cls.R_ACC + 1
+        tail = cls.tail_cycles(p)
+        return head0_read + (p.heads - 1) * max(cls.head_rows(p), tail) + tail - 1
 
     @classmethod
     def z_drain(cls, p: KdaParams) -> int:
         """Cycles from the position's last transfer to the last output transfer when it comes so late that
-        head 0's outputs wait for it: E_WRITE + 1 to the gate SRAM, head 0's dh outputs, the other tails."""
-        return cls.E_WRITE + 1 + p.dh - 1 + cls.O_LAT + (p.heads - 1) * cls.tail_cycles(p)
+        head 0's outputs wait for it: E_WRITE + 1 to the gate SRAM, head 0's dh / L output transfers, the
+        other tails (their reads are in by then)."""
+        return cls.E_WRITE + 1 + p.dh // p.lanes - 1 + cls.O_LAT + (p.heads - 1) * cls.tail_cycles(p)
 
     def __init__(self, params: KdaParams, *, rom_dir: str = ROM_DIR, roms=None):
         """``roms``: shared-ROM ports by table name (``hw.lut_unit.shared_rom``), else each LUT owns its ROM;
@@ -240,8 +253,8 @@ class KdaEngine(wiring.Component):
         self.apply_k, self.apply_q = (
             ApplyMant(v_bits=X.bits, v_frac=X.frac, out_frac=UNIT.frac, out_bits=UNIT.bits,
                       e_range=_rsqrt_e_range(self.l2_eps, l2_hi, self.l2_frac)) for _ in range(2))
-        self.apply_o = ApplyMant(v_bits=S.bits, v_frac=S.frac, out_frac=X.frac, out_bits=self.y_bits,
-                                 e_range=_rsqrt_e_range(self.rn_eps, rn_hi, self.rn_frac))
+        self.apply_o = [ApplyMant(v_bits=S.bits, v_frac=S.frac, out_frac=X.frac, out_bits=self.y_bits,
+                                  e_range=_rsqrt_e_range(self.rn_eps, rn_hi, self.rn_frac)) for _ in range(p.lanes)]
         super().__init__({
             "i": In(stream.Signature(in_layout(p))),
             "o": Out(stream.Signature(out_layout(p))),
@@ -309,7 +322,8 @@ class KdaEngine(wiring.Component):
         m.submodules.rsqrt = rsq = self.rsqrt
         m.submodules.apply_k = apk = self.apply_k
         m.submodules.apply_q = apq = self.apply_q
-        m.submodules.apply_o = apo = self.apply_o
+        for k, apo in enumerate(self.apply_o):
+            m.submodules[f"apply_o{k}"] = apo
 
         # ---- control state ---------------------------------------------------------------------
         # Two controllers, each a state register with one If per state (codes from 1: no `== 0`).
@@ -567,33 +581,33 @@ class KdaEngine(wiring.Component):
                 m.d.comb += clear_ss.eq(1)
                 m.d.sync += [state.eq(ISSUE["INGEST"]), head.eq(0), accept.eq(1), in_done.eq(0)]
 
-        # ---- tail: sum read^2 (one squarer), rsqrt, gated output pipeline -----------------------------
-        ordr = [Signal(signed(S.bits), name=f"oread_{j}") for j in cols]   # rotates by one per use
+        # ---- tail: sum read^2 (L squarers), rsqrt, gated output pipeline (L lanes) -----------------------
+        ordr = [Signal(signed(S.bits), name=f"oread_{j}") for j in cols]   # rotates by L per use; lane k: ordr[k]
         rotate = Signal()
         with m.If(rotate):
-            m.d.sync += [ordr[j].eq(ordr[(j + 1) % dh]) for j in cols]
+            m.d.sync += [ordr[j].eq(ordr[(j + L) % dh]) for j in cols]
         t_head = Signal.like(head)
-        tcnt = Signal(range(dh + 2))
+        tcnt = Signal(range(dh // L + 2))
         sq_v = Signal()
-        sq = Signal(unsigned(2 * S.bits))
-        m.d.sync += [sq_v.eq(0), sq.eq(ordr[0] * ordr[0])]
+        sq = [Signal(unsigned(2 * S.bits), name=f"osq_{k}") for k in range(L)]
+        m.d.sync += [sq_v.eq(0), *(sq[k].eq(ordr[k] * ordr[k]) for k in range(L))]
         with m.If(sq_v):
-            m.d.sync += ss_o.eq(ss_o + sq)
+            m.d.sync += ss_o.eq(ss_o + sum(sq))
         adv = Signal()
         m.d.comb += adv.eq(~self.o.valid | self.o.ready)
-        ocol = Signal(range(dh + 1))
+        ocol = Signal(range(dh + 1))                           # index of lane 0 of the next output transfer
         o_issue = Signal()
-        o_end = Signal()                                       # the output register holds a head's last element
+        o_end = Signal()                                       # the output register holds a head's last elements
         with m.If(tstate == TAIL["IDLE"]):
             with m.If(rd_full):
                 m.d.sync += [*(ordr[j].eq(rd[j]) for j in cols), t_head.eq(rd_head), rd_full.eq(0),
                              tcnt.eq(0), ss_o.eq(0), tstate.eq(TAIL["SS"])]
         with m.If(tstate == TAIL["SS"]):
             m.d.sync += tcnt.eq(tcnt + 1)
-            with m.If(tcnt < dh):
+            with m.If(tcnt < dh // L):
                 m.d.comb += rotate.eq(1)
                 m.d.sync += sq_v.eq(1)
-            with m.If(tcnt == dh + 1):
+            with m.If(tcnt == dh // L + 1):
                 m.d.comb += tail_rq.eq(1)
                 m.d.sync += tstate.eq(TAIL["RSQ"])
         with m.If(tstate == TAIL["RSQ"]):
@@ -603,35 +617,37 @@ class KdaEngine(wiring.Component):
             m.d.comb += o_issue.eq((ocol < dh) & in_done)
             with m.If(o_issue & adv):
                 m.d.comb += rotate.eq(1)
-                m.d.sync += ocol.eq(ocol + 1)
+                m.d.sync += ocol.eq(ocol + L)
             with m.If(self.o.valid & self.o.ready & o_end):
                 m.d.sync += tstate.eq(TAIL["IDLE"])
                 m.d.comb += pos_done.eq((t_head == H - 1) if H > 1 else 1)
-        # O0 issue (gate SRAM read, ApplyMant input) | O1..O3 ApplyMant | O4 gain product | O5 rounded to X
-        # | O6 x sigmoid(z) | O7 output register; every stage holds while the output register is full
+        # O0 issue (gate SRAM read: one word, the L indices of the transfer; ApplyMant inputs) | O1..O3
+        # ApplyMant | O4 gain product | O5 rounded to X | O6 x sigmoid(z) | O7 output register; per lane,
+        # every stage holds while the output register is full
         gaddr = Cat(ocol[lg_l:self.lg_dh], t_head[:hbits]) if H > 1 else ocol[lg_l:self.lg_dh]
-        m.d.comb += [gt["re"].eq(o_issue & adv), gt["raddr"].eq(gaddr),
-                     apo.en.eq(adv), apo.i_valid.eq(o_issue), apo.i.v.eq(ordr[0]), apo.i.mant.eq(mant_o),
-                     apo.i.e.eq(e_o)]
-        osb_layout = StructLayout({"read": signed(S.bits), "end": 1, "last": 1, "lane": 1})
+        m.d.comb += [gt["re"].eq(o_issue & adv), gt["raddr"].eq(gaddr)]
+        osb_layout = StructLayout({"read": ArrayLayout(signed(S.bits), L), "end": 1, "last": 1})
         osb0 = Signal(osb_layout)
-        m.d.comb += [osb0.read.eq(ordr[0]), osb0.end.eq(ocol == dh - 1), osb0.lane.eq(lane_of(ocol)),
-                     osb0.last.eq((ocol == dh - 1) & ((t_head == H - 1) if H > 1 else 1))]
+        m.d.comb += [osb0.read.eq(Cat(*ordr[:L])), osb0.end.eq(ocol == dh - L),
+                     osb0.last.eq((ocol == dh - L) & ((t_head == H - 1) if H > 1 else 1))]
         osb3 = delay(m, adv, osb0, ApplyMant.LATENCY, "osb")
-        gword3 = delay(m, adv, gt["rdata"], ApplyMant.LATENCY - 1, "gate").word_select(osb3.lane, gt_w)
-        sigz3 = field(gword3, gt_off, "sigz", P.bits, sgn=False)
-        w3 = field(gword3, gt_off, "w", PARAM_BITS)
-        g4 = Signal(signed(self.y_bits + PARAM_BITS + 2))
-        x5 = Signal(signed(X.bits))
-        p6 = Signal(signed(X.bits + P.bits + 1))
-        sigz5 = delay(m, adv, sigz3, 2, "sigz")
-        with m.If(adv):
-            m.d.sync += [g4.eq(apo.o.y * ((1 << W_FRAC) + w3)),
-                         x5.eq(clamp(round_shift_const(g4, W_FRAC), X.lo, X.hi)),
-                         p6.eq(x5 * sigz5),
-                         self.o.payload.data.eq(clamp(round_shift_const(p6, P.frac), X.lo, X.hi))]
+        gword3 = delay(m, adv, gt["rdata"], ApplyMant.LATENCY - 1, "gate")
+        for k, apo in enumerate(self.apply_o):
+            m.d.comb += [apo.en.eq(adv), apo.i_valid.eq(o_issue), apo.i.v.eq(ordr[k]), apo.i.mant.eq(mant_o),
+                         apo.i.e.eq(e_o)]
+            glane3 = gword3.word_select(k, gt_w)
+            sigz3, w3 = field(glane3, gt_off, "sigz", P.bits, sgn=False), field(glane3, gt_off, "w", PARAM_BITS)
+            g4 = Signal(signed(self.y_bits + PARAM_BITS + 2), name=f"g4_{k}")
+            x5 = Signal(signed(X.bits), name=f"x5_{k}")
+            p6 = Signal(signed(X.bits + P.bits + 1), name=f"p6_{k}")
+            sigz5 = delay(m, adv, sigz3, 2, f"sigz_{k}")
+            with m.If(adv):
+                m.d.sync += [g4.eq(apo.o.y * ((1 << W_FRAC) + w3)),
+                             x5.eq(clamp(round_shift_const(g4, W_FRAC), X.lo, X.hi)),
+                             p6.eq(x5 * sigz5),
+                             self.o.payload.data[k].eq(clamp(round_shift_const(p6, P.frac), X.lo, X.hi))]
         osb6 = delay(m, adv, osb3, 3, "osb3")
-        v6 = delay(m, adv, apo.o_valid, 3, "ov")
+        v6 = delay(m, adv, self.apply_o[0].o_valid, 3, "ov")
         with m.If(adv):
             m.d.sync += [self.o.valid.eq(v6), self.o.payload.read.eq(osb6.read), self.o.payload.last.eq(osb6.last),
                          o_end.eq(osb6.end)]

@@ -3,9 +3,12 @@
 Arithmetic (``nano_k3.fxp_ops.matvec`` = ``X.fit(int4.dequant_matvec(m, q, s, z, g), m_frac + ACC_FRAC)``,
 or ``LOGIT.fit`` for the LM head as in ``FixedModel.step``), exact until the one final rounding:
 
-    y[c] = Σ_g s[g,c] · (Σ_{k∈g} q[k,c]·m[k] − z[g,c] · Σ_{k∈g} m[k])        (s, z once per group per column)
+    y[c] = Σ_g s[g,c] · Σ_{k∈g} (q[k,c] − z[g,c])·m[k]        (s, z once per group per column)
 
-``m`` are MAC-input mantissas (``fxp_ops.A``, int24 today) with one shared exponent ``frac``
+The zero point comes off each nibble before its multiply (q − z in −15..15, a 5-bit signed factor), so a
+lane keeps one group sum and no Σm, and no lane multiplies a group sum by z.
+
+``m`` are MAC-input mantissas (``fxp_ops.A``) with one shared exponent ``frac``
 (``fxp_ops.mac_input``); every width below is derived from ``fxp_ops`` / ``hw.params`` bounds at
 construction, so the accumulators cannot overflow for any legal input.
 
@@ -17,11 +20,11 @@ consecutive bytes of the row-major ``.q`` array ``[fan_in/2, fan_out]``) per cyc
 * ``fan_out < W`` ("fold"): a read holds ``F = W/fan_out`` row pairs (fewer if a group has fewer:
   ``F = min(W/fan_out, group/2)``; lanes past the group are masked to x = 0); lane ``c`` takes row
   pair ``r0 + c // fan_out`` and column ``c % fan_out``. The per-lane group sums
-  ``d = Σqx − z·Σx`` of lanes with the same column are added in a fold tree before the scale.
-Per (block, group) the sequencer reads the q beats, then the zero points (1 read) and the scales
+  ``d = Σ(q − z)·x`` of lanes with the same column are added in a fold tree before the scale.
+Per (block, group) the sequencer reads the zero points (1 read), then the q beats, then the scales
 (1 read, 2 when the block has ``W`` columns); their holding registers are timed so that the next
-group's reads land only after this group has used them (z in S3; s is copied into S4's ring when the
-group enters S4), so back-to-back groups and matvecs flow without bubbles.
+group's reads land only after this group has used them (z while its q beats pass D; s is copied into
+S4's ring when the group enters S4), so back-to-back groups and matvecs flow without bubbles.
 
 Activations. ``act`` fills a register file of ``max_fan_in/2`` pairs (the one array here that is
 not an msh_sram: every pair can be needed by some lane in one cycle, up to ``W`` values per cycle).
@@ -46,9 +49,9 @@ Pipeline (global stall ``adv``: everything before S4 moves together; it stops wh
 finds S4 still busy with the previous group's steps, or S5 stops: S4 and S5 stop only when a block's
 last group finds the result buffer still draining):
     I   sequencer: read address, activation window              (msh_sram read)
-    D   q·x per lane: rotate (store) + slot mux + two 4×A multiplies, Σx per lane; z/s captured
-    S2  group sums Σqx, Σx per lane
-    S3  d = Σqx − z·Σx (z replicated to the lanes of its column)
+    D   (q − z)·x per lane: rotate (store) + slot mux + two 5×A multiplies; z (replicated to the lanes of
+        its column) / s captured
+    S2  group sums d per lane (the z·Σx stage S3 of the q·x form is gone: the stages keep their names)
     F1  fold levels 1..⌈log2W/2⌉     F2  remaining fold levels   (3 adds of ~35 b each at W = 64)
     S4  s·d for ``scale_lanes`` = K columns a cycle (16 × ~35 b multiplies, alone in their stage): the
         group's d and s enter two rings that shift down by K lanes a step; a group takes
@@ -288,7 +291,7 @@ class MacArray(wiring.Component):
             m.d.comb += [gp_log.eq(glog - 1), fl.eq(Mux(fold, Mux(LW - n < gp_log, LW - n, gp_log), 0))]
             fr = [f.frac for f in p.out_fmts]
             m.d.sync += [
-                active.eq(1), phase.eq(Q), r0.eq(0), qa.eq(c.q_beat), qblk.eq(c.q_beat),
+                active.eq(1), phase.eq(Z), r0.eq(0), qa.eq(c.q_beat), qblk.eq(c.q_beat),
                 szcol.eq(0), szblk.eq(0), blk.eq(0), gfirst.eq(1), bfirst.eq(1),
                 r_n.eq(n), r_ls.eq(Mux(fold, n, LW)), r_fl.eq(fl), r_wlog.eq(Mux(fold, n, LW)),
                 r_vb.eq(Mux(fl + n < LW, fl + n, LW)),
@@ -320,19 +323,19 @@ class MacArray(wiring.Component):
 
         with m.If(active & adv):
             with m.Switch(phase):
+                with m.Case(Z):
+                    m.d.sync += phase.eq(Q)
                 with m.Case(Q):
                     m.d.sync += [qa.eq(qa + r_qinc), r0.eq(next_r0), gfirst.eq(g_last)]
                     with m.If(g_last):
-                        m.d.sync += [phase.eq(Z), blk_end.eq(b_last)]
-                with m.Case(Z):
-                    m.d.sync += phase.eq(S0)
+                        m.d.sync += [phase.eq(S0), blk_end.eq(b_last)]
                 with m.Case(S0, S1):
                     done = Signal()
                     m.d.comb += done.eq((phase == S1) | ~r_s2)
                     with m.If(~done):
                         m.d.sync += phase.eq(S1)
                     with m.Else():
-                        m.d.sync += [phase.eq(Q), bfirst.eq(blk_end)]
+                        m.d.sync += [phase.eq(Z), bfirst.eq(blk_end)]
                         with m.If(~blk_end):
                             m.d.sync += szcol.eq(szcol + r_colw)
                         with m.Elif(blk == r_blocks_m1):
@@ -384,28 +387,19 @@ class MacArray(wiring.Component):
                     with m.Case(k):
                         if slot < S:
                             m.d.comb += [xa_blk[u].eq(win_a[slot]), xb_blk[u].eq(win_b[slot])]
-        qx1 = [Signal(signed(wd.beat_qx_bits), name=f"qx1_{ln}") for ln in range(W)]
-        sx1 = [Signal(signed(wd.beat_x_bits), name=f"sx1_{ln}") for ln in range(W)]
-        v1, gf1, gl1 = Signal(), Signal(), Signal()
-        gt1 = Signal(gtag)
-        with m.If(adv):
-            m.d.sync += [v1.eq(isq), gf1.eq(gfD), gl1.eq(glD), gt1.eq(gtD)]
-            for ln in range(W):
-                ok = (Const(ln, LW + 1) >> vbD) == 0
-                xa = Mux(ok, xa_blk[ln >> kmin], 0)
-                xb = Mux(ok, xb_blk[ln >> kmin], 0)
-                q_lo, q_hi = flat[8 * ln:8 * ln + 4], flat[8 * ln + 4:8 * ln + 8]
-                m.d.sync += [qx1[ln].eq(q_lo * xa + q_hi * xb), sx1[ln].eq(xa + xb)]
-
-        # z / s capture (sub-beat offsets only occur when the block is narrower than one beat)
+        # z / s capture (sub-beat offsets only occur when the block is narrower than one beat). A group's
+        # z read comes before its q beats, so z_hold holds this group's zero points while its beats pass D;
+        # lane ln takes the zero point of its column, ln mod 2^wlog (lanes of one column share it).
         z_hold = [Signal(ZERO_BITS, name=f"z_hold{ln}") for ln in range(W)]
         s_hold = [Signal(signed(SCALE_BITS), name=f"s_hold{ln}") for ln in range(W)]
         beat0 = Signal(8 * BEAT_BYTES)
         m.d.comb += beat0.eq(port.data[0] >> (offD * 8))
+        z_byte = [(beat0 if j < BEAT_BYTES else flat)[8 * j:8 * j + ZERO_BITS] for j in range(W)]
         with m.If(adv & vD & (kD == Z)):
-            for ln in range(W):
-                src = beat0 if ln < BEAT_BYTES else flat
-                m.d.sync += z_hold[ln].eq(src[8 * ln:8 * ln + ZERO_BITS])
+            with m.Switch(wlogD):
+                for k in range(LW + 1):
+                    with m.Case(k):
+                        m.d.sync += [z_hold[ln].eq(z_byte[ln % (1 << k)]) for ln in range(W)]
         half = W // 2
         with m.If(adv & vD & (kD == S0)):
             for ln in range(half):
@@ -415,9 +409,24 @@ class MacArray(wiring.Component):
             for ln in range(half):
                 m.d.sync += s_hold[half + ln].eq(flat[16 * ln:16 * ln + 16])
 
-        # ---- S2: group sums --------------------------------------------------------------------------
-        acc_qx = [Signal(signed(wd.group_qx_bits), name=f"acc_qx{ln}") for ln in range(W)]
-        acc_x = [Signal(signed(wd.group_x_bits), name=f"acc_x{ln}") for ln in range(W)]
+        # (q − z)·x per weight: the zero point comes off the nibble (−15..15), so a lane's group sum is d
+        # itself and no lane keeps Σx or multiplies it by z
+        qx1 = [Signal(signed(wd.beat_d_bits), name=f"qx1_{ln}") for ln in range(W)]
+        v1, gf1, gl1 = Signal(), Signal(), Signal()
+        gt1 = Signal(gtag)
+        with m.If(adv):
+            m.d.sync += [v1.eq(isq), gf1.eq(gfD), gl1.eq(glD), gt1.eq(gtD)]
+        for ln in range(W):
+            ok = (Const(ln, LW + 1) >> vbD) == 0
+            xa = Mux(ok, xa_blk[ln >> kmin], 0)
+            xb = Mux(ok, xb_blk[ln >> kmin], 0)
+            dq = [Signal(signed(ZERO_BITS + 1), name=f"dq{h}_{ln}") for h in range(2)]   # q − z, low / high
+            m.d.comb += [dq[h].eq(flat[8 * ln + 4 * h:8 * ln + 4 * h + 4] - z_hold[ln]) for h in range(2)]
+            with m.If(adv):
+                m.d.sync += qx1[ln].eq(dq[0] * xa + dq[1] * xb)
+
+        # ---- S2: group sums d = Σ (q − z)·x ----------------------------------------------------------
+        acc = [Signal(signed(wd.group_d_bits), name=f"acc_d{ln}") for ln in range(W)]
         v2 = Signal()
         gt2 = Signal(gtag)
         with m.If(adv):
@@ -425,22 +434,7 @@ class MacArray(wiring.Component):
             with m.If(v1):
                 m.d.sync += gt2.eq(gt1)
                 for ln in range(W):
-                    m.d.sync += [acc_qx[ln].eq(Mux(gf1, 0, acc_qx[ln]) + qx1[ln]),
-                                 acc_x[ln].eq(Mux(gf1, 0, acc_x[ln]) + sx1[ln])]
-
-        # ---- S3: zero point once per group --------------------------------------------------------
-        d3 = [Signal(signed(wd.group_d_bits), name=f"d3_{ln}") for ln in range(W)]
-        v3 = Signal()
-        gt3 = Signal(gtag)
-        with m.If(adv):
-            m.d.sync += [v3.eq(v2), gt3.eq(gt2)]
-            for ln in range(W):
-                zl = Signal(ZERO_BITS, name=f"z_lane{ln}")
-                with m.Switch(gt2.wlog):
-                    for k in range(LW + 1):
-                        with m.Case(k):
-                            m.d.comb += zl.eq(z_hold[ln % (1 << k)])
-                m.d.sync += d3[ln].eq(acc_qx[ln] - zl * acc_x[ln])
+                    m.d.sync += acc[ln].eq(Mux(gf1, 0, acc[ln]) + qx1[ln])
 
         # ---- F1, F2: fold lanes of the same column (level l adds lane c + W/2^l into c) ------------
         def fold(src, levels, wlog, name):
@@ -463,8 +457,8 @@ class MacArray(wiring.Component):
         v4, v5, v6 = Signal(), Signal(), Signal()
         gt4, gt5, gt6 = Signal(gtag), Signal(gtag), Signal(gtag)
         with m.If(adv):
-            m.d.sync += [v4.eq(v3), gt4.eq(gt3)]
-            m.d.sync += [a.eq(b) for a, b in zip(f1, fold(d3, range(1, l1 + 1), gt3.wlog, "fa"))]
+            m.d.sync += [v4.eq(v2), gt4.eq(gt2)]
+            m.d.sync += [a.eq(b) for a, b in zip(f1, fold(acc, range(1, l1 + 1), gt2.wlog, "fa"))]
 
         # ---- S4: scale once per group, K = scale_lanes columns a step -----------------------------
         # A group enters S4 whole: f2 from the fold tree and s4 from s_hold (the next group's scale
@@ -612,6 +606,5 @@ def mac_array_derived(chip: ChipParams) -> dict:
                           "scale_steps": p.scale_steps(p.max_fan_out)},
             "store": {**dataclasses.asdict(p.store), "depth": p.store.depth, "beat_bits": p.store.beat_bits,
                       "sram_bits": p.store.sram_bits},
-            "widths": {"beat_qx": wd.beat_qx_bits, "beat_x": wd.beat_x_bits, "group_qx": wd.group_qx_bits,
-                       "group_x": wd.group_x_bits, "group_d": wd.group_d_bits, "out": wd.out_bits},
+            "widths": {"beat_d": wd.beat_d_bits, "group_d": wd.group_d_bits, "out": wd.out_bits},
             "frac_range": list(p.frac_range), "shift_range": list(p.shift_range)}

@@ -38,21 +38,26 @@ meets every head's qr), so all heads advance together:
     its stage) -> T.fit -> the head's score buffer and running max (so a position takes at least H cycles).
   context pass, per L-wide chunk of v: for j in 0..t, max_h - t_j,h -> hw.lut_unit.Exp2Neg per head;
     e_j x v_j in the lane multipliers (the v read is issued late so it lands with e_j), per-lane
-    accumulators and sum e (exact); then the heads, each in L / norm_units cycles, through one
-    hw.lut_unit.Recip of sum e and ``norm_units`` hw.lut_unit.ApplyMant units, norm_units lanes per
-    cycle, on the numerator rounded to X.frac (round, saturate to X), into the head's q buffer (byte
-    strobes write the cycle's lane group). The next chunk starts once the last head's beat is written.
+    accumulators and sum e (exact; summed in chunk 0 only, as it is the same for every chunk). A
+    finished chunk's numerators, rounded to X.frac, move to holding registers (H x L x num_bits: 1,216
+    bits for nano) and the next chunk accumulates at once, while the heads, each in L / norm_units
+    cycles, go through ``norm_units`` hw.lut_unit.ApplyMant units, norm_units lanes per cycle (round,
+    saturate to X), into the head's q buffer (byte strobes write the cycle's lane group). The reciprocal
+    of sum e goes through one hw.lut_unit.Recip once, a head per cycle after chunk 0, and is kept per
+    head for every chunk (H x 30 bits for nano). A chunk before the last lasts at least as long as its
+    normalisation reads the holding registers (H L / norm_units cycles, after chunk 0 also the Recip
+    latency), so that they are read before the next chunk's sums replace them.
     (An ApplyMant is ~8.6k um2 in Nangate45 and works once per chunk: nano shares 4 among 16 lanes.)
   output: the q buffers, head by head, one beat per cycle while ``o`` is ready.
 exp2 tables: head k reads the k-th exp2 port of ``roms``; heads without one share msh_roms owned
 here, two heads per ROM (its two read ports).
 Latency (no stalls; MlaParams.cycles, checked by the test at every position): nano dims and build
-t = 0: 84 cycles from the first input beat to the last output beat, t = 31: 239, t = 63: 399 (15 load
-+ (t+1)(wk+wr) + 10 + wv ((t+1) + 17 + H (L / norm_units + 1)): 5 cycles per cached position for
-both heads; norm_units = 16 would save 12 cycles per position). Throughput is one q.k word or one
-e.v word per cycle for every head; more lanes shorten both passes (L = 32: ≈ 240 cycles at t = 63)
-at the price of more multipliers. Overlapping a chunk's normalisation with the next chunk (needs a
-copy of the accumulators) would save ~26 cycles per chunk.
+t = 0: 66 cycles from the first input beat to the last output beat, t = 31: 209, t = 63: 369 (15 load
++ (t+1)(wk+wr) + 10 + max(t+1, H L / norm_units + 5) + (t+1) + 12 + H L / norm_units + H wv: 5 cycles
+per cached position for both heads; norm_units = 16 would save 6 cycles per position). Throughput is
+one q.k word or one e.v word per cycle for every head; more lanes shorten both passes (L = 32: 246
+cycles at t = 63) at the price of more multipliers. Starting the output while the last chunk is
+normalised would save up to H wv cycles more.
 """
 from __future__ import annotations
 
@@ -197,7 +202,8 @@ class MlaEngine(wiring.Component):
 
         # Score-pass issue flags and context-pass issue flags.
         s_iss = Signal(StructLayout({"v": 1, "first": 1, "last": 1, "kr": 1, "jlast": 1, "j": seq}))
-        c_iss = Signal(StructLayout({"v": 1, "first": 1, "last": 1}))
+        chunk = unsigned(max(1, (p.words(p.max_dv) - 1).bit_length()))      # a context chunk index
+        c_iss = Signal(StructLayout({"v": 1, "first": 1, "last": 1, "w": chunk}))
         m.d.comb += [q.r_addr.eq(n) for q in qbufs] + [q.r_en.eq(s_iss.v) for q in qbufs]
         m.d.comb += [tb.r_addr.eq(j) for tb in tbufs] + [tb.r_en.eq(c_iss.v) for tb in tbufs]
         s_addr = Mux(n < wk, row(j) + n, kr_row(j) + n - wk)
@@ -205,7 +211,8 @@ class MlaEngine(wiring.Component):
             m.d.comb += [b.r_en.eq(s_iss.v & ~s_iss.kr if k else s_iss.v), b.r_addr.eq(s_addr)]
 
         score_done = Signal()
-        norm_done = Signal()
+        norm_done = Signal()                    # the last chunk is normalised
+        c_end = Signal(wb)                      # the chunk's last cycle in CTX
         last_r = Signal()                       # o holds the final beat of the position
         o_h = Signal(head)                      # the head whose q buffer o reads
 
@@ -273,21 +280,20 @@ class MlaEngine(wiring.Component):
                 m.d.sync += mode_ctx.eq(1)
                 _goto("CTX")
         with in_state("CTX"):
-            # every head's e_j x v_j of chunk w per cycle
-            m.d.comb += [self.busy.eq(1), c_iss.v.eq(1), c_iss.first.eq(j == 0), c_iss.last.eq(j == t_r)]
-            m.d.sync += j.eq(j + 1)
-            with m.If(j == t_r):
-                m.d.sync += j.eq(0)
-                _goto("CTX_NORM")
+            # every head's e_j x v_j of chunk w per cycle (n = j), then idle cycles up to c_end: the next
+            # chunk's sums replace the holding registers only once this chunk's normalisation has read them
+            m.d.comb += [self.busy.eq(1), c_iss.v.eq(n <= t_r), c_iss.first.eq(n == 0), c_iss.last.eq(n == t_r),
+                         c_iss.w.eq(w)]
+            m.d.sync += [n.eq(n + 1), j.eq(j + 1)]
+            with m.If(n == c_end):
+                m.d.sync += [n.eq(0), j.eq(0), w.eq(w + 1)]
+                with m.If(w == wv - 1):
+                    m.d.sync += w.eq(0)
+                    _goto("CTX_NORM")
         with in_state("CTX_NORM"):
             m.d.comb += self.busy.eq(1)
             with m.If(norm_done):
-                with m.If(w != wv - 1):
-                    m.d.sync += w.eq(w + 1)
-                    _goto("CTX")
-                with m.Else():
-                    m.d.sync += w.eq(0)
-                    _goto("OUT")
+                _goto("OUT")
         with in_state("OUT"):
             # the ctx beats from the q buffers, head by head; a read only when o is free or being taken
             m.d.comb += self.busy.eq(1)
@@ -380,39 +386,63 @@ class MlaEngine(wiring.Component):
             dt = Signal(p.dt_bits, name=f"dt_{hd}")      # max - t_j >= 0
             m.d.sync += dt.eq(t_max[hd] - tbufs[hd].r_data[:T.bits].as_signed())
             m.d.comb += [exp2[hd].i.t.eq(dt), exp2[hd].i_valid.eq(g[1].v)]
-            with m.If(ge.v):
+            with m.If(ge.v & (ge.w == 0)):           # sum e is the same in every chunk: chunk 0's is kept
                 m.d.sync += sum_e[hd].eq(Mux(ge.first, 0, sum_e[hd]) + exp2[hd].o.y)
             with m.If(gp.v):
                 m.d.sync += [acc[hd][k].eq(Mux(gp.first, 0, acc[hd][k]) + prod[hd][k]) for k in range(L)]
         chunk_done = Signal()
-        m.d.comb += chunk_done.eq(gs.v & gs.last)      # acc and sum_e final, held until the next chunk
+        m.d.comb += chunk_done.eq(gs.v & gs.last)      # acc final (for one cycle if the next chunk follows)
 
-        # ---------------- normalisation: recip(sum e), numerator, apply_mant, norm_units lanes a cycle --
-        # acc and sum_e hold until the next chunk starts, which waits for norm_done. Step s = head << gl |
-        # group takes lanes group*U .. group*U + U-1 of the head; Recip takes the head's sum e in each of
-        # its G steps (the same value), so that the reciprocal travels with the step.
-        U, G, gl = p.norm_units, p.norm_steps, p.norm_steps_log2
-        ns, nv = head_by_head(chunk_done, "norm", gl)
+        # ---------------- holding registers: a finished chunk, so the next one accumulates meanwhile -----
+        # The numerators are held already rounded to X.frac (num_bits, not acc_bits), with their chunk index.
+        held = [[Signal(signed(p.num_bits), name=f"held_{hd}_{k}") for k in range(L)] for hd in range(HM)]
+        held_w = Signal(chunk)
+        with m.If(chunk_done):
+            m.d.sync += [held[hd][k].eq(round_shift_const(acc[hd][k], p.num_shift))
+                         for hd in range(HM) for k in range(L)]
+            m.d.sync += held_w.eq(gs.w)
+
+        # ---------------- recip(sum e): once per position, a head per cycle, kept for every chunk ---------
+        # chunk 0's sum e is final one stage before its acc, so the reciprocals start a cycle early.
+        rh, rv = head_by_head(gp.v & gp.last & (gp.w == 0), "recip")
         m.submodules.recip = recip = Recip(m_bits=p.sum_bits, frac_bits=max(1, P.frac.bit_length()),
                                            rom_dir=self.rom_dir, port=port_of(self.roms, "recip"))
-        m.d.comb += [recip.i.m.eq(Array(sum_e)[ns >> gl]), recip.i.frac.eq(P.frac), recip.i_valid.eq(nv)]
-        rs = delay(m, 1, ns, Recip.LATENCY, "recip_s")
+        m.d.comb += [recip.i.m.eq(Array(sum_e)[rh]), recip.i.frac.eq(P.frac), recip.i_valid.eq(rv)]
+        ro_h = delay(m, 1, rh, Recip.LATENCY, "recip_h")      # the head of recip.o
+        r_mant = [Signal(len(recip.o.mant), name=f"r_mant_{hd}") for hd in range(HM)]
+        r_e = [Signal(recip.o.e.shape(), name=f"r_e_{hd}") for hd in range(HM)]
+        for hd in range(HM):
+            with m.If(recip.o_valid & (ro_h == hd)):
+                m.d.sync += [r_mant[hd].eq(recip.o.mant), r_e[hd].eq(recip.o.e)]
+
+        # ---------------- normalisation: apply_mant on the held numerators, norm_units lanes a cycle ------
+        # Step s = head << gl | group takes lanes group*U .. group*U + U-1 of the head. Chunk 0 starts as
+        # head 0's reciprocal is kept (head h's is kept by its first step, as h <= h*G); later chunks at once.
+        U, G, gl = p.norm_units, p.norm_steps, p.norm_steps_log2
+        ns, nv = head_by_head((recip.o_valid & (ro_h == 0)) | (chunk_done & (gs.w != 0)), "norm", gl)
+        # A chunk before the last lasts (CTX) at least as long as its normalisation reads the holding
+        # registers (H x G steps; chunk 0's start Recip.LATENCY later), so that the next chunk's sums
+        # replace them only after the last step has read them. span, c_end: last cycle indices.
+        span = Signal(wb)
+        m.d.comb += [span.eq((H << gl) - 1 + Mux(w == 0, Recip.LATENCY, 0)),
+                     c_end.eq(Mux((w == wv - 1) | (t_r > span), t_r, span))]
         apply = [ApplyMant(v_bits=p.num_bits, v_frac=NUM_FRAC, out_frac=X.frac, out_bits=XB,
                            e_range=p.recip_e_range, mant_bits=len(recip.o.mant)) for _ in range(U)]
         for u, am in enumerate(apply):
             m.submodules[f"apply_{u}"] = am
-            lane_acc = Array(acc[hd][g * U + u] for hd in range(HM) for g in range(G))[rs]     # index = step
-            m.d.comb += [am.i.v.eq(round_shift_const(lane_acc, p.num_shift)), am.i.mant.eq(recip.o.mant),
-                         am.i.e.eq(recip.o.e), am.i_valid.eq(recip.o_valid)]
-        a_s, done = delay(m, 1, rs, ApplyMant.LATENCY, "apply_s"), apply[0].o_valid
+            lane = Array(held[hd][g * U + u] for hd in range(HM) for g in range(G))[ns]     # index = step
+            m.d.comb += [am.i.v.eq(lane), am.i.mant.eq(Array(r_mant)[ns >> gl]), am.i.e.eq(Array(r_e)[ns >> gl]),
+                         am.i_valid.eq(nv)]
+        a_s, done = delay(m, 1, ns, ApplyMant.LATENCY, "apply_s"), apply[0].o_valid
+        a_w = delay(m, 1, held_w, ApplyMant.LATENCY, "apply_w")
         # the group's U results go to every group's place in the word; the byte strobes write one group
         group_bytes = U * XB // 8
         strobe = Cat(((a_s & (G - 1)) == g).replicate(group_bytes) for g in range(G))
         for hd, q in enumerate(qbufs):                  # the chunk's ctx beat waits in the head's q buffer
             with m.If(done & ((a_s >> gl) == hd)):
-                m.d.comb += [q.w_en.eq(1), q.w_addr.eq(w), q.w_strb.eq(strobe),
+                m.d.comb += [q.w_en.eq(1), q.w_addr.eq(a_w), q.w_strb.eq(strobe),
                              q.w_data.eq(Cat(am.o.y for am in apply).replicate(G))]
-        m.d.comb += norm_done.eq(done & (a_s == (H << gl) - 1))
+        m.d.comb += norm_done.eq(done & (a_s == (H << gl) - 1) & (a_w == wv - 1))
         return m
 
 

@@ -45,7 +45,8 @@ class MlaParams:
     Every one of the ``max_heads`` heads has its own cache bank, ``lanes`` multipliers and Exp2Neg,
     so the heads run in parallel and the area grows with ``max_heads``. The ``norm_units`` ApplyMant
     units (~8.6k um2 each in Nangate45) normalise the heads' context chunks ``norm_units`` lanes per
-    cycle: fewer units cost heads x (lanes / norm_units - 1) cycles per chunk."""
+    cycle: fewer units cost heads x (lanes / norm_units - 1) cycles per position (the last chunk's; an
+    earlier chunk's normalisation overlaps the next chunk unless t + 1 is shorter)."""
 
     max_heads: int = 2
     max_dk: int = 32
@@ -231,9 +232,14 @@ class MlaParams:
         wq = wk + wr
         ws = max(wq, heads)             # score-pass cycles per position (the shared scaling: a head per cycle)
         score = t * ws + wq + SCORE_DRAIN + heads       # the last position's scores are scaled head by head
-        # per chunk: its (t+1) e x v words, the drain, the heads normalised in norm_steps cycles each; and
-        # the heads' output beats of that chunk, one per cycle, at the end
-        return score + wv * ((t + 1) + CTX_DRAIN + heads * (self.norm_steps + 1))
+        steps = heads * self.norm_steps                 # normalisation of a chunk, one step per cycle
+        # a chunk before the last: its (t+1) e x v words, but at least as long as its normalisation reads the
+        # holding registers (chunk 0's waits for the reciprocals of sum e), while the next chunk accumulates
+        before_last = sum(max(t + 1, steps + (RECIP_LATENCY if c == 0 else 0)) for c in range(wv - 1))
+        # the last chunk: its words, the drain, its normalisation (after the reciprocals if it is chunk 0);
+        # then the heads' output beats, one per cycle
+        last = (t + 1) + (RECIP_LATENCY if wv == 1 else 0) + CTX_DRAIN + steps
+        return score + before_last + last + heads * wv
 
     def cycles(self, t: int, heads: int, dk: int, dr: int, dv: int) -> int:
         """Cycles from the first input beat to the last output beat of position t with no stalls (exact)."""
@@ -241,7 +247,8 @@ class MlaParams:
 
 
 SCORE_DRAIN = 8     # score pipeline drain (adder tree of 8 or 16 lanes) + pass switches (measured)
-CTX_DRAIN = 17      # context pipeline + Recip + ApplyMant + chunk switch per chunk (measured)
+CTX_DRAIN = 12      # context pipeline + ApplyMant + switch to the output, after the last chunk (measured)
+RECIP_LATENCY = 5   # hw.lut_unit.Recip.LATENCY: the reciprocals of sum e, once per position after chunk 0
 
 
 PRESETS = {

@@ -136,6 +136,12 @@ class ChipParams:
         return signed_bits(self.max_fan_in * lo, self.max_fan_in * hi)
 
     @property
+    def beat_d_bits(self) -> int:
+        """(q − z)·x over one beat's two rows, q − z in −15..15: |·| ≤ 2 · 15 · 2**(act_bits−1)."""
+        a = 1 << (self.act_bits - 1)
+        return signed_bits(-2 * NIBBLE_MAX * a, 2 * NIBBLE_MAX * a)
+
+    @property
     def group_d_bits(self) -> int:
         """Σqx − z·Σx = Σ (q − z)·x with q − z in −15..15: |d| ≤ fan_in · 15 · 2**(act_bits−1)."""
         a = 1 << (self.act_bits - 1)

@@ -364,7 +364,7 @@ class ChipCore(wiring.Component):
                    Opc.MIX: (mixer.o, [mixer.o.payload.data[j] for j in range(ML)]),
                    Opc.EW: (ew.o, [ew.o.payload.y[k] for k in range(EL)]),
                    Opc.COMB: (comb.o, [comb.o.payload[j] for j in range(CL)]),
-                   Opc.KDA: (kda.o, [kda.o.payload.data])}
+                   Opc.KDA: (kda.o, [kda.o.payload.data[k] for k in range(KL)])}
         e_valid, e_step = Signal(), Signal(range(L + 1))
         e_word, e_mask = Signal(L * X.bits), Signal(4 * L)       # the transfer repeated over the word
         with m.Switch(op.opc):

@@ -3,12 +3,13 @@
 Reference: nano_k3.fixed's KDA blocks (``kda_conv``, ``kda_beta``, ``kda_alpha``, ``l2norm``,
 ``kda_state_update``, ``gated_norm``) composed exactly as in ``FixedModel._kda`` (called, never
 re-implemented). Every position's gated output and read-out (q_hat . S', which exposes the state
-evolution) are compared bit for bit, under random input idle cycles, random output back-pressure and
-two transfer orders: the chip's (Q, K, V, B, F, then Z, sometimes held off until the outputs wait for
-it) and a random one (Z's before the state inputs too), from a random initial SRAM state (Verilator
-``--x-initial unique`` + ``+verilator+rand+reset+2``): sequences start with ``restart``. Lanes the
-transfer does not use (B's beyond head H-1, fields of other vectors) carry garbage. The build's
-dimensions, lanes and documented latencies come from the ``config.json`` rtl_gen wrote.
+evolution) are compared bit for bit, every lane of every output transfer, under random input idle
+cycles, random output back-pressure and two transfer orders: the chip's (Q, K, V, B, F, then Z,
+sometimes held off until the outputs wait for it) and a random one (Z's before the state inputs too),
+from a random initial SRAM state (Verilator ``--x-initial unique`` + ``+verilator+rand+reset+2``):
+sequences start with ``restart``. Lanes the transfer does not use (B's beyond head H-1, fields of other
+vectors) carry garbage. The build's dimensions, lanes and documented latencies come from the
+``config.json`` rtl_gen wrote.
 
 Speed: one coroutine drives the input, the back-pressure and the monitor with a single await per
 active cycle: at the falling clock edge it reads ``o.valid``, ``o.payload`` and ``i.ready`` (registers,
@@ -17,7 +18,8 @@ can be taken, no output is valid) it sleeps until ``o.valid`` or ``i.ready`` ris
 every cycle.
 
 Environment read by the cocotb side: NANO_K3_RTL_CONFIG (config.json from rtl_gen, required),
-NANO_K3_KDA_POSITIONS (random positions, default 300), NANO_K3_SEED (default 20240917).
+NANO_K3_KDA_POSITIONS (random positions, default 300; set in the environment of pytest, it replaces
+every build's count below, for quick runs), NANO_K3_SEED (default 20240917).
 """
 from __future__ import annotations
 
@@ -155,22 +157,27 @@ class TB:
     def cycle() -> int:
         return int(get_sim_time("ns")) // CLK_NS
 
-    def _field(self, word: int, layout, name: str) -> int:
-        f = layout[name]
-        raw = (word >> f.offset) & ((1 << f.width) - 1)
-        signed = getattr(f.shape, "signed", False)
-        return raw - (1 << f.width) if signed and raw >> (f.width - 1) else raw
+    def _lanes(self, word: int, name: str) -> list[int]:
+        """The lanes of the output array field ``name`` (signed elements) of ``word``."""
+        f = self.ol[name]
+        width = Shape.cast(f.shape.elem_shape).width
+        raws = [(word >> (f.offset + k * width)) & ((1 << width) - 1) for k in range(f.shape.length)]
+        return [raw - (1 << width) if raw >> (width - 1) else raw for raw in raws]
 
     def _score(self, job: Job | None, got: list[int]) -> None:
+        """Every lane of every output transfer of ``job``: lane k of transfer t is element t L + k."""
+        L = self.kp.lanes
         if job is None:
-            self.mismatches.append(f"unexpected output vector of {len(got)} elements")
+            self.mismatches.append(f"unexpected output vector of {len(got)} transfers")
             return
-        if len(got) != len(job.gated):
-            self.mismatches.append(f"case {job.tag}: {len(got)} elements, expected {len(job.gated)}")
+        if len(got) * L != len(job.gated):
+            self.mismatches.append(f"case {job.tag}: {len(got)} transfers of {L}, expected {len(job.gated)} elements")
             return
-        for idx, w in enumerate(got):
+        elems = {"read": [v for w in got for v in self._lanes(w, "read")],
+                 "gated": [v for w in got for v in self._lanes(w, "data")]}
+        for idx in range(len(job.gated)):
             for what, exp in (("read", int(job.read[idx])), ("gated", int(job.gated[idx]))):
-                val = self._field(w, self.ol, "read" if what == "read" else "data")
+                val = elems[what][idx]
                 if exp != val:
                     msg = f"case {job.tag} {what} index {idx}: expected {exp} got {val}"
                     if len(self.mismatches) < 20:
@@ -447,6 +454,7 @@ def test_kda_engine(build):
     from rtl_gen import BLOCKS, emit, read_filelist
     from verification.runner import MODELS, SIM_ROOT, lint, run_cocotb
     preset_name, lanes, positions = BUILDS[build]
+    positions = int(os.environ.get(POS_ENV, positions))     # a quick run with fewer
     chip = preset(preset_name)
     name = f"kda_engine_{build.replace('-', '_')}"
     kp = replace(kda_params_for(chip), lanes=lanes)
