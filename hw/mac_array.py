@@ -574,19 +574,35 @@ class MacArray(wiring.Component):
 _BANKS = {"nano": 4, "tiny": 2}     # lane groups per preset: nano 64 lanes, tiny 32 (fast simulation)
 
 
+EMB_RECORDS = ("emb.q", "emb.s", "emb.z")    # the image's first records (SPEC §4): the embedding table
+
+
+def store_block(cfg, group: int) -> tuple[int, int, int]:
+    """(table, first, end) byte addresses in the image of ``cfg`` at ``group``: the embedding table's start,
+    the first record after it and the token array. The weight store holds first .. end; the chip reads
+    only its tokens' embedding rows from the table (hw/sequencer.py), never the whole table."""
+    from nano_k3.image import plan_layout
+    lay = plan_layout(cfg.with_group(group), 1)
+    names = [d.name for d in lay.descriptors[:len(EMB_RECORDS)]]
+    if tuple(names) != EMB_RECORDS:
+        raise ValueError(f"the image's first records must be {EMB_RECORDS}, got {names}")
+    return lay.descriptors[0].addr, lay.descriptors[len(EMB_RECORDS)].addr, lay.tokens_addr
+
+
+def emb_table_bytes(cfg) -> int:
+    """Bytes of the embedding table (with its padding) at the larger of the two group sizes."""
+    return max(first - table for table, first, _ in (store_block(cfg, g) for g in (64, 128)))
+
+
 def mac_array_params_for(chip: ChipParams) -> MacArrayParams:
     """The MAC array of a chip build: sizes from the model of the same name (both group sizes)."""
     from nano_k3.config import PRESETS
-    from nano_k3.image import plan_layout
     from nano_k3.tensors import MatSpec, tensor_specs
     if chip.name not in PRESETS or chip.name not in _BANKS:
         raise ValueError(f"no MAC array preset for chip {chip.name!r}; known: {sorted(_BANKS)}")
     cfg = PRESETS[chip.name]
     mats = [s for s in tensor_specs(cfg) if isinstance(s, MatSpec) and not s.emb]
-    beats = 0
-    for g in (64, 128):
-        lay = plan_layout(cfg.with_group(g), 1)
-        beats = max(beats, (lay.tokens_addr - lay.descriptors[0].addr) // BEAT_BYTES)
+    beats = max((end - first) // BEAT_BYTES for _, first, end in (store_block(cfg, g) for g in (64, 128)))
     pow2 = lambda v: 1 << (v - 1).bit_length()      # noqa: E731
     return MacArrayParams(store=WeightStoreParams(banks=_BANKS[chip.name], beats=beats),
                           max_fan_in=pow2(max(s.fan_in for s in mats)),

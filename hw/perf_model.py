@@ -27,9 +27,9 @@ Engine formulas used (no stalls):
 * MLA     the feed segments one word a cycle; the last adds ``MlaParams.attention_cycles(t)`` (after the
           load): the attention over the t + 1 cached positions, all heads at once (grows with t)
 * PLD     the command only; in the background one weight-store read per ``banks`` beats (hw/weight_store.py)
-          once the MAC array leaves the store port, + read latency: the PRF readers, EMB and the next
-          PLD wait for it
-* EMB     three weight-store reads (scale, zero, row) + d/16 VRF writes
+          once the MAC array leaves the store port, + read latency: the PRF readers and the next PLD
+          wait for it
+* EMB     the position's embedding-row words (read in the load phase) + d/16 VRF writes
 The sequencer overheads (``SEQ``) and the engine constant without a formula in the engine
 (``MAC_INPUT_PASS``) were measured from the RTL with
 verification/phase_monitor.py on nano-g128-s48-long (``python -m verification.bench``), documented
@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 
 from hw.chip_glue import Combine
 from hw.kda_engine import KdaEngine, KdaParams
-from hw.mac_array import MacArray
+from hw.mac_array import MacArray, store_block
 from hw.mla_params import MlaParams
 from hw.moe_router import MoeRouter
 from hw.norm_unit import NormUnit
@@ -119,8 +119,10 @@ class SeqOverheads:
                                  # second scale read ends the issue one cycle after the last q read
     head: int = 12               # head MV beyond its 4 write beats per 16-lane chunk (when write-bound)
     pld: int = 2                 # DISPATCH, PLD_REQ: the copy itself runs in the background
-    emb: int = 16                # EMB beyond its d/16 VRF word writes (FETCH, 3 store reads, 2 token-SRAM cycles)
-    first_emb: int = 1           # position 0's EMB: the descriptor prefetch starts with the position
+    emb: int = 7                 # EMB beyond its d/16 VRF word writes (DISPATCH, the token, its row's words)
+    emb_row: int = 4             # load phase: request cycles per embedding row (token, .s, .z, .q)
+    emb_rows: int = 2            # ... beyond those and the last read's latency
+    emb_first: int = 3           # the first row request follows the last token beat (counted as tokens)
     elem: int = 4                # element ops: DISPATCH, feeder start + read latency
     route: int = 1               # ROUTE beyond elem: the router's last pair to the collector
     kda_seg: int = 4             # a KDA feed segment beyond its transfers
@@ -263,7 +265,7 @@ class PerfModel:
         if op.opc == Opc.PLD:
             return s.pld
         if op.opc == Opc.EMB:
-            return s.emb + c.d_model // LANES + (s.first_emb if t == 0 else 0)
+            return s.emb + c.d_model // LANES
         if op.opc == Opc.RMS:
             return s.elem + 2 * (op.n // self.hw.norm_lanes) + NORM_GAP - 1
         word_reads = (len(op.srcs) - 1) * -(-op.n // LANES)     # interleaved feeds: ns reads per 16 elements
@@ -290,7 +292,7 @@ class PerfModel:
         VRF, its destination) are still owed; a non-keep MV's activations wait for the array to finish
         every queued command; the head, EMB and END wait for every result. A PLD's copy runs in the
         background once the array leaves the store port, and the array takes no queued command until it
-        is done; the PRF readers, EMB and the next PLD wait for it."""
+        is done; the PRF readers and the next PLD wait for it."""
         s = self.seq
         now, pld_done, kda_state_end = 0, 0, 0
         pld_busy = (0, 0)                  # the array takes no command while a PLD copies
@@ -312,7 +314,7 @@ class PerfModel:
             waits_all = op.opc in (Opc.EMB, Opc.END) or op.opc == Opc.MV and op.head
             writes = op.opc in (Opc.RMS, Opc.MIX, Opc.EW, Opc.COMB) or op.opc in (Opc.KDA, Opc.MLA) and op.last
             wait = [0]                                      # DISPATCH waits for ...
-            if op.opc in PRF_READERS or op.opc in (Opc.PLD, Opc.EMB):
+            if op.opc in PRF_READERS or op.opc == Opc.PLD:
                 wait.append(pld_done - now)                 # ... the PLD copy in flight
             if waits_all:
                 wait += [d - now for _, d in owed]          # ... every matvec result
@@ -354,14 +356,18 @@ class PerfModel:
         return out
 
     def load(self, seq_len: int) -> dict[str, int]:
-        """Load-phase cycles per region: one read stream each, a beat a cycle plus the read latency."""
+        """Load-phase cycles per region: one read stream each, a beat a cycle plus the read latency; the
+        embedding rows take ``emb_row`` request cycles a position, then the latency of the last read."""
         from nano_k3.image import plan_layout
         lay = plan_layout(self.cfg, seq_len)
-        first = lay.descriptors[0].addr
-        beats = {"header": 16, "descriptors": lay.n_records,
-                 "tensors": (lay.tokens_addr - first) // 16, "tokens": -(-4 * seq_len // 16)}
+        _, first, end = store_block(self.cfg, self.cfg.group_size)
+        beats = {"header": 16, "descriptors": lay.n_records, "tensors": (end - first) // 16,
+                 "tokens": -(-4 * seq_len // 16)}
         lat = self.hw.mem_base + self.hw.mem_jitter
-        return {k: b + lat + self.seq.load_step for k, b in beats.items()}
+        out = {k: b + lat + self.seq.load_step for k, b in beats.items()}
+        out["tokens"] += self.seq.emb_first
+        out["embedding"] = self.seq.emb_row * seq_len + lat + self.seq.emb_rows
+        return out
 
     def phases(self, seq_len: int) -> dict[str, int]:
         """Cycles of the whole run by phase: load.<region>, every op phase summed over positions, finish."""

@@ -165,7 +165,7 @@ def build_program(cfg: ModelConfig) -> list[Op]:
 
     d = cfg.d_model
     x = new("emb")
-    ops.append(Op(Opc.EMB, (), x, n=d, rec=recs["emb.q"], name="emb"))
+    ops.append(Op(Opc.EMB, (), x, n=d, name="emb"))
     B: list = []
     kda_layer = 0
     for i, (boundary, pre_mix) in enumerate(mix_plan(cfg)):

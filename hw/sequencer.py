@@ -2,9 +2,11 @@
 
 Block diagram (everything below ``ChipCore``; hw/chip_top.py only renames ports to SPEC §1):
 
-    cmd ─► control FSM ─► MemEngine ◄──► SPEC memory port (reads: header, descriptors, tensors, tokens;
-             │   │                         writes: logits beats, argmax words, status word)
-             │   └── desc0..3_sram (store beat of every record; the next op's three are prefetched), tok_sram
+    cmd ─► control FSM ─► MemEngine ◄──► SPEC memory port (reads: header, descriptors, tensors, tokens,
+             │   │                         the tokens' embedding rows; writes: logits beats, argmax words,
+             │   │                         status word)
+             │   └── desc0..3_sram (store beat of every record; the next op's three are prefetched), tok_sram,
+             │       emb_sram (the run's embedding rows: EMB reads its position's)
              ▼
       microcode msh_rom (hw/program.py, one op per word) ─► op register ─► per-op sub-FSM
              │
@@ -14,8 +16,10 @@ Block diagram (everything below ``ChipCore``; hw/chip_top.py only renames ports 
              ├─► WordFeeder ─► MlaEngine                                     (argmax tracked per beat)
              └─► ElemFeeder (+ PRF a/b msh_sram) ─► NormUnit | ResMixer | Elementwise | KdaEngine |
                                                     MoeRouter (experts, weights → registers) | Combine
-      MacArray's weight store ◄── tensor block (load phase); its stream reader fills PRF a/b (PLD) and
-      serves the embedding row (EMB).
+      MacArray's weight store ◄── tensor block after the embedding table (load phase); its stream reader
+      fills PRF a/b (PLD). The embedding table stays in memory: the load phase reads only the rows of
+      the run's tokens (three reads a position), which costs ~5 cycles a position instead of the table's
+      1,120 beats and 143,360 bits of store.
       LUT ROMs (``SHARED_ROMS``): one msh_rom serves two LUT units of its table, a read port each.
 
 The build serves exactly one model configuration (the micro-program is generated for it): the
@@ -37,7 +41,7 @@ from amaranth.lib.wiring import In, Out
 from hw.chip_glue import Combine, ElemFeeder, WordFeeder
 from hw.kda_engine import KdaEngine, KdaParams
 from hw.lut_unit import RomPort, Streamed, shared_rom
-from hw.mac_array import MacArray, mac_array_params_for
+from hw.mac_array import EMB_RECORDS, MacArray, emb_table_bytes, mac_array_params_for
 from hw.mac_input import MacInput
 from hw.mem_engine import MemEngine, MemPortSignature
 from hw.mla_engine import MlaEngine
@@ -211,6 +215,10 @@ class ChipCore(wiring.Component):
         desc = [Sram(m, f"desc{b}_sram", max(2, _pow2(nrec) // DESC_BANKS), -(-bb // 8) * 8)
                 for b in range(DESC_BANKS)]
         tok = Sram(m, "tok_sram", max(2, _pow2(-(-cfg.max_seq // 4))), 128)
+        # the embedding rows of the run's tokens, read in the load phase: per position its .s beat, its .z
+        # beat and its QB .q beats at 4 pos + k (the table itself stays in memory, SPEC §7)
+        QB = cfg.d_model // 32
+        emb_rows = Sram(m, "emb_sram", _pow2(4 * cfg.max_seq), 128)
         ftab = fields(cfg, prog.n_slots)
         op_layout = StructLayout({k: unsigned(v) for k, v in ftab.items()})
         rom_w = prog.word_bits
@@ -249,7 +257,7 @@ class ChipCore(wiring.Component):
             "order": ((w[23] >= 256) & (A(w[23]) + 16 * A(w[22]) <= w[24]) & (A(w[24]) + 4 * A(w[19]) <= w[25])
                       & (A(w[25]) + logits_stride(cfg) * A(w[19]) <= w[26]) & (A(w[26]) + 4 * A(w[19]) <= w[27])
                       & (A(w[27]) + 16 == w[28]) & (mem_end < (1 << ADDR_BITS))),
-            "tensor_size": A(w[24]) - A(w[23]) - 16 * A(w[22]) <= 16 * mp.store.beats,
+            "tensor_size": A(w[24]) - A(w[23]) - 16 * A(w[22]) <= 16 * mp.store.beats + emb_table_bytes(cfg),
         }
         fail_code = Signal(8)
         for k, name in reversed(list(enumerate(HDR_CHECKS[:-1]))):
@@ -267,7 +275,9 @@ class ChipCore(wiring.Component):
         row_addr = Signal(ADDR_BITS)             # logits row of this position
         status_word = Signal(32)
         bad_desc = Signal()
-        tensor_base = Signal(ADDR_BITS)
+        tensor_base = Signal(ADDR_BITS)          # the store's first beat: the first record after the embedding's
+        first_addr = Signal(ADDR_BITS)           # the first record's address (records ascend from it)
+        emb_addr = [Signal(ADDR_BITS, name=f"emb_addr{k}") for k in range(len(EMB_RECORDS))]   # .q, .s, .z
         cnt = Signal(16)                         # beat / word counter of the current phase
         choice = Array(Signal(range(max(2, cfg.n_experts)), name=f"choice{j}") for j in range(cfg.top_k))
         weights = Array(Signal(24, name=f"rweight{j}") for j in range(cfg.top_k))
@@ -545,8 +555,7 @@ class ChipCore(wiring.Component):
             for r in range(DESC_BANKS):
                 with m.Case(r):
                     m.d.sync += [pf_q[k].eq(desc[(r + k) % DESC_BANKS].r_data) for k in range(3)]
-        emb_sent = Signal()                        # EMB: the store read of this step is requested
-        emb_row = Signal(len(mac.r_data.payload.data.as_value()))
+        emb_row = Signal(128 * QB)
         emb_s = Signal(signed(16))
         emb_z = Signal(4)
         nw_of_n = Signal(range(SW + 1))
@@ -554,6 +563,18 @@ class ChipCore(wiring.Component):
         m.d.comb += [wf.w0.eq(Mux(is_op(Opc.MLA), op.w0, 0)), wf.nw.eq(Mux(is_op(Opc.MLA), op.nw, nw_of_n))]
         with m.If(in_pos):
             m.d.sync += self.cycles_pos.eq(self.cycles_pos + 1)
+
+        # embedding-row beats (load phase): position er_pos, beat er_k (.s, .z, then the .q beats)
+        er_loading = Signal()
+        er_pos = Signal(range(cfg.max_seq + 1))
+        er_k = Signal(range(QB + 2))
+        with m.If(er_loading & mem.o.valid):
+            m.d.comb += [emb_rows.w_en.eq(1), emb_rows.w_addr.eq(Cat(er_k[:2], er_pos)),
+                         emb_rows.w_data.eq(mem.o.payload.data), emb_rows.w_strb.eq(-1)]
+            with m.If(er_k == QB + 1):
+                m.d.sync += [er_k.eq(0), er_pos.eq(er_pos + 1)]
+            with m.Else():
+                m.d.sync += er_k.eq(er_k + 1)
 
         with m.FSM(name="ctrl"):
             with m.State("IDLE"):
@@ -592,15 +613,21 @@ class ChipCore(wiring.Component):
                 m.d.sync += self.cycles_load.eq(self.cycles_load + 1)
                 with m.If(mem.o.valid):
                     a = mem.o.payload.data[32:64]
-                    base = Mux(cnt == 0, a, tensor_base)
-                    rel = Signal(ADDR_BITS, name="desc_rel")
-                    m.d.comb += rel.eq(a - base)
+                    NE = len(EMB_RECORDS)
+                    rel = Signal(ADDR_BITS, name="desc_rel")       # store beat offset (records NE.. only)
+                    m.d.comb += rel.eq(a - Mux(cnt == NE, a, tensor_base))
                     for b, bank in enumerate(desc):
                         m.d.comb += [bank.w_en.eq(cnt[:_log2(DESC_BANKS)] == b), bank.w_addr.eq(cnt >> _log2(DESC_BANKS)),
                                      bank.w_data.eq(rel >> 4), bank.w_strb.eq(-1)]
                     with m.If(cnt == 0):
+                        m.d.sync += first_addr.eq(a)
+                    for k in range(NE):
+                        with m.If(cnt == k):
+                            m.d.sync += emb_addr[k].eq(a)
+                    with m.If(cnt == NE):
                         m.d.sync += tensor_base.eq(a)
-                    with m.If((a[:4] != 0) | (a < base) | (a >= w[24]) | ((cnt == 0) & (A(w[23]) + 16 * A(w[22]) > a))):
+                    with m.If((a[:4] != 0) | (a < Mux(cnt == 0, a, first_addr)) | (a >= w[24])
+                              | ((cnt > NE) & (a < tensor_base)) | ((cnt == 0) & (A(w[23]) + 16 * A(w[22]) > a))):
                         m.d.sync += bad_desc.eq(1)
                     m.d.sync += cnt.eq(cnt + 1)
                     with m.If(mem.o.payload.last):
@@ -639,8 +666,42 @@ class ChipCore(wiring.Component):
                 with m.If(mem.o.valid):
                     m.d.sync += cnt.eq(cnt + 1)
                     with m.If(mem.o.payload.last):
-                        m.d.sync += [pos.eq(0), row_addr.eq(w[25]), pc.eq(0)]
-                        m.next = "FETCH"
+                        m.d.sync += [pos.eq(0), er_pos.eq(0), er_k.eq(0)]
+                        m.next = "EMBR_TOK"
+            # the embedding rows: three reads a position (.s beat, .z beat, .q row), their beats written in
+            # arrival order (the port returns reads in request order) while the next reads are requested
+            with m.State("EMBR_TOK"):
+                m.d.sync += self.cycles_load.eq(self.cycles_load + 1)
+                m.d.comb += [tok.r_en.eq(1), tok.r_addr.eq(pos >> 2)]
+                m.next = "EMBR_CAP"
+            with m.State("EMBR_CAP"):
+                m.d.comb += er_loading.eq(1)
+                m.d.sync += [self.cycles_load.eq(self.cycles_load + 1),
+                             token.eq(tok.r_data.word_select(pos[:2], 32)[:16])]
+                m.next = "EMBR_S"
+            for st, nxt, addr, nbytes in (("EMBR_S", "EMBR_Z", emb_addr[1] + ((token >> 3) << 4), 16),
+                                          ("EMBR_Z", "EMBR_Q", emb_addr[2] + ((token >> 4) << 4), 16),
+                                          ("EMBR_Q", None, emb_addr[0] + token * (cfg.d_model // 2), 16 * QB)):
+                with m.State(st):
+                    m.d.sync += self.cycles_load.eq(self.cycles_load + 1)
+                    m.d.comb += [er_loading.eq(1), rd.valid.eq(1), rd.payload.addr.eq(addr),
+                                 rd.payload.length.eq(nbytes)]
+                    with m.If(rd.ready):
+                        if nxt:
+                            m.next = nxt
+                        else:                            # the next position's token is read right away
+                            m.d.sync += pos.eq(pos + 1)
+                            m.d.comb += [tok.r_en.eq(1), tok.r_addr.eq((pos + 1) >> 2)]
+                            with m.If(pos + 1 == seq_len):
+                                m.next = "EMBR_WAIT"
+                            with m.Else():
+                                m.next = "EMBR_CAP"
+            with m.State("EMBR_WAIT"):
+                m.d.sync += self.cycles_load.eq(self.cycles_load + 1)
+                m.d.comb += er_loading.eq(1)
+                with m.If(er_pos == seq_len):
+                    m.d.sync += [pos.eq(0), row_addr.eq(w[25]), pc.eq(0)]
+                    m.next = "FETCH"
 
             # ---- positions: fetch / dispatch -----------------------------------------------------------
             def load_op():
@@ -657,15 +718,14 @@ class ChipCore(wiring.Component):
                 load_op()
             with m.State("DISPATCH"):
                 m.d.comb += [in_pos.eq(1), holding.eq(1)]
-                # a PLD still copying holds up the next PLD, the PRF readers and EMB (its store reads)
-                pld_hold = pld_busy & (is_op(Opc.PLD) | is_op(Opc.EMB)
-                                       | Cat(*[is_op(c) for c in PRF_READERS]).any())
+                # a PLD still copying holds up the next PLD and the PRF readers
+                pld_hold = pld_busy & (is_op(Opc.PLD) | Cat(*[is_op(c) for c in PRF_READERS]).any())
                 m.d.sync += col_target.eq(Mux(is_op(Opc.KDA), Mux(op.last, op.n_out, 0), op.n))
                 feeds_only = (is_op(Opc.MV) & ~head | is_op(Opc.ROUTE)
                               | (is_op(Opc.KDA) | is_op(Opc.MLA)) & ~op.last)     # no VRF writes of its own
                 writes_vrf = (is_op(Opc.RMS) | is_op(Opc.MIX) | is_op(Opc.EW) | is_op(Opc.COMB)
                               | (is_op(Opc.KDA) | is_op(Opc.MLA)) & op.last)
-                needs_desc = is_op(Opc.EMB) | is_op(Opc.MV) | is_op(Opc.PLD)
+                needs_desc = is_op(Opc.MV) | is_op(Opc.PLD)
                 with m.If(~pld_hold & (pf_hit | ~needs_desc)
                           & ((is_op(Opc.MV) & op.keep) | is_op(Opc.PLD) | (feeds_only & ~src_queued)
                              | (writes_vrf & ~src_queued & ~dst_queued) | (mvq_n == 0))):
@@ -701,34 +761,25 @@ class ChipCore(wiring.Component):
 
             # ---- EMB ---------------------------------------------------------------------------
             with m.State("EMB_TOK"):
-                m.d.comb += [in_pos.eq(1), tok.r_en.eq(1), tok.r_addr.eq(pos >> 2)]
-                m.next = "EMB_TOK2"
-            with m.State("EMB_TOK2"):
-                m.d.comb += in_pos.eq(1)
-                m.d.sync += [token.eq(tok.r_data.word_select(pos[:2], 32)[:16]), emb_sent.eq(0)]
+                m.d.comb += [in_pos.eq(1), tok.r_en.eq(1), tok.r_addr.eq(pos >> 2),
+                             emb_rows.r_en.eq(1), emb_rows.r_addr.eq(Cat(Const(0, 2), pos))]
                 m.next = "EMB_S"
-            for st, nxt, beat in (("EMB_S", "EMB_Z", dq[1] + (token >> 3)), ("EMB_Z", "EMB_Q", dq[2] + (token >> 4)),
-                                  ("EMB_Q", "EMB_W", dq[0] + ((token * (cfg.d_model // 2)) >> 4))):
+            # the position's embedding-row words, one a cycle: .s, .z, then the .q beats
+            emb_word_state = [("EMB_S", 1), ("EMB_Z", 2)] + [(f"EMB_Q{j}", 2 + j + 1) for j in range(QB)]
+            for k, (st, nxt_k) in enumerate(emb_word_state):
                 with m.State(st):
                     m.d.comb += in_pos.eq(1)
-                    nbeats = -(-cfg.d_model // 32) if st == "EMB_Q" else 1
-                    with m.If(~emb_sent):
-                        m.d.comb += [mac.r_cmd.valid.eq(1), mac.r_cmd.payload.start.eq(beat),
-                                     mac.r_cmd.payload.count.eq(nbeats)]
-                        with m.If(mac.r_cmd.ready):
-                            m.d.sync += emb_sent.eq(1)
-                    with m.Else():
-                        m.d.comb += mac.r_data.ready.eq(1)
-                        with m.If(mac.r_data.valid):
-                            d0 = mac.r_data.payload.data[0]
-                            if st == "EMB_S":
-                                m.d.sync += emb_s.eq(d0.word_select(token[:3], 16))
-                            elif st == "EMB_Z":
-                                m.d.sync += emb_z.eq(d0.word_select(token[:4], 8)[:4])
-                            else:
-                                m.d.sync += emb_row.eq(mac.r_data.payload.data.as_value())
-                            m.d.sync += emb_sent.eq(0)
-                            m.next = nxt
+                    if nxt_k < QB + 2:
+                        m.d.comb += [emb_rows.r_en.eq(1), emb_rows.r_addr.eq(Cat(Const(nxt_k, 2), pos))]
+                    d0 = emb_rows.r_data
+                    if st == "EMB_S":
+                        tv = tok.r_data.word_select(pos[:2], 32)[:16]
+                        m.d.sync += [token.eq(tv), emb_s.eq(d0.word_select(tv[:3], 16))]
+                    elif st == "EMB_Z":
+                        m.d.sync += emb_z.eq(d0.word_select(token[:4], 8)[:4])
+                    else:
+                        m.d.sync += emb_row.word_select(k - 2, 128).eq(d0)
+                    m.next = emb_word_state[k + 1][0] if k + 1 < len(emb_word_state) else "EMB_W"
             with m.State("EMB_W"):
                 m.d.comb += [in_pos.eq(1), emb_we.eq(1)]
                 els = []

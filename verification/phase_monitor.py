@@ -5,7 +5,8 @@
 flag (a position is being processed) and the memory port, and charges the cycle to
 
 * ``load.<region>`` before the first position: the region of the most recent read request the port
-  accepted (``header``, ``descriptors``, ``tensors``, ``tokens``; the chip reads them in that order);
+  accepted (``header``, ``descriptors``, ``tensors``, ``tokens``, ``embedding``: the chip reads them in
+  that order, the last being its tokens' embedding rows);
 * ``ops[pos][pc]`` while ``in_pos``: op ``pc`` of the micro-program (hw/program.py) at position ``pos``
   — every cycle of the op including its DISPATCH / DESC overhead (and FETCH for the first op);
 * ``finish`` after the last position: status write, write drain, DONE response.
@@ -24,20 +25,26 @@ import os
 import time
 from pathlib import Path
 
+from hw.mac_array import EMB_RECORDS
 from verification.chip_tb import OUT_ENV, REFS_ENV, RUNS_ENV, ChipTB, RunSpec, check_run, prepare, runs_from_env, \
     save_report
 
 PORT_CLASSES = ("write", "read", "blocked", "wait_read", "idle")
-LOAD_REGIONS = ("header", "descriptors", "tensors", "tokens")
+LOAD_REGIONS = ("header", "descriptors", "tensors", "tokens", "embedding")
 
 
 def load_region(layout, addr: int) -> str:
-    """Which load-phase region a read request address belongs to (SPEC §4 layout order)."""
-    first_tensor = layout.descriptors[0].addr if layout.descriptors else layout.tokens_addr
+    """Which load-phase region a read request address belongs to (SPEC §4 layout order): the chip reads
+    the header, the descriptors, the tensors after the embedding table, the tokens, then the tokens'
+    embedding rows."""
+    table = layout.descriptors[0].addr
+    first = layout.descriptors[len(EMB_RECORDS)].addr
     if addr < layout.desc_addr:
         return "header"
-    if addr < first_tensor:
+    if addr < table:
         return "descriptors"
+    if addr < first:
+        return "embedding"
     if addr < layout.tokens_addr:
         return "tensors"
     return "tokens"
