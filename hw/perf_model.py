@@ -15,7 +15,8 @@ Engine formulas used (no stalls):
 * MV      results: ``MacArrayParams.issue_cycles`` + ``MacArray.LATENCY`` + (max(``MacArrayParams.scale_steps``,
           chunks of the last block) − 1) after the command; the op itself: two WordFeeder passes through
           ``MacInput`` (scan, convert: ``words`` each) unless ``keep``. The LM head waits for its
-          results, throttled by its logits writer: 4 write beats per 16-lane chunk, one per cycle.
+          results, throttled by its logits writer: 4 write beats per 16-lane chunk, one per cycle. A residual
+          MV (``res``) writes a result word every other cycle (it reads p's word first).
 * RMS     ``n/K + NormUnit.GAP + n/K − 1`` (two passes of K = ``norm_lanes`` elements a cycle, hw/norm_unit.py)
 * MIX     ``ResMixer.latency(candidates, d, mix_lanes)`` + the interleaved feed's word reads (as EW)
 * EW      ``n/K + (ns − 1)·⌈n/16⌉ + Elementwise.LATENCY`` (K = ``ew_lanes`` elements a cycle); COMB the
@@ -110,6 +111,7 @@ class SeqOverheads:
     pld_write: int = 3           # readers may start this many cycles after its last store read
     pld_release: int = 3         # the MAC array takes a command again this many cycles after the last read
     mv_done: int = 1             # the last result is written; the queue is empty one cycle later
+    res_word: int = 1            # a residual matvec: each result word waits a cycle for p's word
     act_cmd: int = 1             # an MV started while the array issues: its convert pass (one transfer a
                                  # word) waits for the array, its command 1 cycle after the last word
     cmd_fifo: int = 1            # a queued command reaches the MAC array 1 cycle after it is queued
@@ -167,8 +169,6 @@ def op_phase(ops: list[Op]) -> list[str]:
                 cur = f"{layer}.router"
             elif rest.startswith("moe."):
                 cur = f"{layer}.experts"
-        elif op.opc == Opc.EW and op.ewop == 1 and cur.endswith(".experts"):
-            pass                    # the residual add after the MoE stays with the experts
         out.append(cur)
     return out
 
@@ -180,6 +180,7 @@ class _Cmd:
     push: int
     issue: int                     # store-port cycles (MacArrayParams.issue_cycles)
     latency: int                   # command taken -> result written (0: the head, which waits itself)
+    res: bool = False              # a residual matvec: DISPATCH starts nothing but a PLD until it is written
     cmd: int = 0
 
     @property
@@ -311,11 +312,14 @@ class PerfModel:
         for k, (op, ph) in enumerate(zip(self.ops, self.op_phases)):
             cost = self.op_cycles(op, t)
             owed = [(c.dst, c.done) for c in cmds if c.done > now]
+            res_owed = [c.done for c in cmds if c.res and c.done > now]
             waits_all = op.opc in (Opc.EMB, Opc.END) or op.opc == Opc.MV and op.head
             writes = op.opc in (Opc.RMS, Opc.MIX, Opc.EW, Opc.COMB) or op.opc in (Opc.KDA, Opc.MLA) and op.last
             wait = [0]                                      # DISPATCH waits for ...
             if op.opc in PRF_READERS or op.opc == Opc.PLD:
                 wait.append(pld_done - now)                 # ... the PLD copy in flight
+            if op.opc != Opc.PLD:
+                wait += [d - now for d in res_owed]         # ... a residual matvec's results
             if waits_all:
                 wait += [d - now for _, d in owed]          # ... every matvec result
             elif not (op.opc == Opc.MV and op.keep or op.opc == Opc.PLD):
@@ -346,7 +350,8 @@ class PerfModel:
                 while not op.head and sum(d > push for _, d in owed) >= MV_QUEUE:
                     push = min(d for _, d in owed if d > push)          # the result queue is full
                 c = _Cmd(op.dst, push, self.issue_cycles(op.fan_in, op.fan_out),
-                         0 if op.head else self.mac_cycles(op) + s.mv_done)
+                         0 if op.head else self.mac_cycles(op) + s.mv_done
+                         + (s.res_word * -(-op.fan_out // LANES) if op.res else 0), bool(op.res))
                 take(c, mac_free)
                 cmds = [x for x in cmds if x.done > now] + [c]
                 if not op.head:

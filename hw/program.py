@@ -13,6 +13,7 @@ Ops (engine in brackets; every op runs its feed and its collect concurrently, th
 only a keep MV, and a PLD, start while matvec results are still being written):
   EMB   dst                       embedding row of the position's token          [embedding unit]
   MV    rec src -> dst            mac_input(src) then the INT4 matvec of record rec (+9·expert)  [MAC array]
+        res=1: src, p -> dst: the results are written as X.fit(p + y) (a sublayer's residual add)
         head=1: LOGIT format, results to the logits writer (memory), argmax tracked
         keep=1: the MAC array still holds this src (the previous MV's, same fan-in): no activation
         feed, and the matvec is issued while the previous one's results still drain (``mark_keep``)
@@ -86,6 +87,7 @@ class Op:
     expert: int = 0           # MV: 0 = rec as is, j + 1 = rec + 9 * (router choice j)
     head: int = 0             # MV: LM head (LOGIT, to memory)
     keep: int = 0             # MV: the MAC array's activations are this op's (see ``mark_keep``)
+    res: int = 0              # MV: results are written as X.fit(srcs[1] + y), srcs[1] the residual
     prf: int = 0              # PLD: 0 = a, 1 = b
     nbeats: int = 0           # PLD: beats to copy
     sel: int = 0              # KDA: segment
@@ -181,7 +183,11 @@ def build_program(cfg: ModelConfig) -> list[Op]:
             kda_layer += 1
         else:
             a = _mla(cfg, ops, mv, rms, new, h, L + "mla")
-        p = a if boundary else ew(EwKind.ADD, p, a, d)
+        if not boundary:        # the residual add p + a is the o projection's write-back
+            o = ops[-1]
+            assert o.opc == Opc.MV and o.dst == a, o
+            ops[-1] = dataclasses.replace(o, srcs=(o.srcs[0], p), res=1)
+        p = a
         x = mix(B + [p], L + "res_mlp")
         h2 = rms(x, L + "norm2.w", d)
         # every matvec of h2 back to back (the router's, the shared expert's, then the chosen ones'), the
@@ -343,7 +349,7 @@ def fields(cfg: ModelConfig, n_slots: int) -> dict[str, int]:
     big = max(cfg.vocab, cfg.mla_dc, cfg.kda_width, cfg.d_model, 2 * cfg.mla_heads * cfg.mla_dv)
     return {"opc": 4, **{f"s{k}": sb for k in range(MAX_SRCS)}, "ns": 3, "dst": sb,
             "n": big.bit_length(), "rec": max(1, (nrec - 1).bit_length()), "fan_in": big.bit_length(),
-            "fan_out_log2": 4, "expert": 3, "head": 1, "keep": 1, "prf": 1, "nbeats": 8, "sel": 3, "layer": 2, "last": 1,
+            "fan_out_log2": 4, "expert": 3, "head": 1, "keep": 1, "res": 1, "prf": 1, "nbeats": 8, "sel": 3, "layer": 2, "last": 1,
             "n_out": big.bit_length(), "ewop": 2, "pa": 2, "pb": 1, "w0": 4, "nw": 4}
 
 
@@ -354,7 +360,7 @@ def word_bits(cfg: ModelConfig, n_slots: int) -> int:
 def encode(op: Op, cfg: ModelConfig, n_slots: int) -> int:
     vals = {"opc": int(op.opc), "ns": len(op.srcs), "dst": op.dst or 0, "n": op.n, "rec": op.rec,
             "fan_in": op.fan_in, "fan_out_log2": _log2(op.fan_out) if op.fan_out else 0, "expert": op.expert,
-            "head": op.head, "keep": op.keep, "prf": op.prf, "nbeats": op.nbeats, "sel": op.sel, "layer": op.layer,
+            "head": op.head, "keep": op.keep, "res": op.res, "prf": op.prf, "nbeats": op.nbeats, "sel": op.sel, "layer": op.layer,
             "last": op.last, "n_out": op.n_out, "ewop": op.ewop, "pa": op.pa, "pb": op.pb, "w0": op.w0,
             "nw": op.nw}
     if len(op.srcs) > MAX_SRCS:
@@ -444,7 +450,8 @@ def emulate(prog: Program, weights, tokens, trace: list | None = None) -> np.nda
                     m, mf = mac_input(v, X.frac)
                     rows.append(F.logits_out(dequant_matvec(m, q, s, z, g), mf + ACC_FRAC).astype(np.int32))
                 else:
-                    vrf[op.dst] = matvec(*mac_input(v, X.frac), q, s, z, g)
+                    y = matvec(*mac_input(v, X.frac), q, s, z, g)
+                    vrf[op.dst] = X.fit(vrf[op.srcs[1]][:op.fan_out] + y, X.frac) if op.res else y
             elif op.opc == Opc.PLD:
                 prf[op.prf] = fm.p[names[op.rec]].reshape(-1)
             elif op.opc == Opc.RMS:

@@ -20,7 +20,7 @@ Block diagram (everything below ``ChipCore``; hw/chip_top.py only renames ports 
       fills PRF a/b (PLD). The embedding table stays in memory: the load phase reads only the rows of
       the run's tokens (three reads a position), which costs ~5 cycles a position instead of the table's
       1,120 beats and 143,360 bits of store.
-      LUT ROMs (``SHARED_ROMS``): one msh_rom serves two LUT units of its table, a read port each.
+      LUT ROMs (``shared_roms``): one msh_rom serves two LUT units of its table, a read port each.
 
 The build serves exactly one model configuration (the micro-program is generated for it): the
 header's dimensions, layer bitmap, record count and logits stride must equal the build's; the group
@@ -67,6 +67,13 @@ RSP_DONE = 0x0000D0DE
 # units on one port takes turns (the first while a ROUTE op runs, the second otherwise)
 SHARED_ROMS = (("sigmoid", "kda", "ew"), ("sigmoid", ("router", "kda"), "ew"), ("rsqrt", "norm", "mixer"),
                ("recip", "router", "mixer"), ("exp2", "mla", "mixer"))
+
+
+def shared_roms(chip: ChipParams) -> tuple:
+    """``SHARED_ROMS`` plus a sigmoid ROM for every two element-wise lanes past the first two."""
+    return SHARED_ROMS + (("sigmoid", "ew", "ew"),) * (max(0, chip.ew_lanes - 2) // 2)
+
+
 DESC_BANKS = 4             # descriptor SRAM banks (an op reads three consecutive records at once)
 MV_QUEUE = 4               # matvecs issued and not yet written back (the MAC array returns them in order)
 CMD_RUN = 0x00000001
@@ -174,7 +181,7 @@ class ChipCore(wiring.Component):
         # LUT ROMs shared by engines that use the same table (a read port each, or one port in turns)
         roms: dict = {}                       # engine -> {table: (its ports, in SHARED_ROMS order)}
         route_op = Signal()                   # a ROUTE op runs: the router's turn on a time-shared port
-        for k, (table, *units) in enumerate(SHARED_ROMS):
+        for k, (table, *units) in enumerate(shared_roms(chip)):
             for unit, port in zip(units, shared_rom(m, table, b.rom_dir, f"{table}{k}_rom")):
                 for u, p in (zip(unit, _time_shared(m, port, route_op)) if isinstance(unit, tuple)
                              else [(unit, port)]):
@@ -407,7 +414,12 @@ class ChipCore(wiring.Component):
         # starts a keep MV or a PLD at once; another op once none of its sources is a queued destination
         # and, if it writes the VRF, its destination is not one either; the LM head, EMB and END wait for
         # the queue to empty. The op's own VRF writes go first: a matvec result waits for a free cycle.
+        # A residual matvec (``res``) writes X.fit(p + y): each result word first reads p's word (the VRF
+        # read port is free: while one is queued, DISPATCH starts nothing but a PLD, which also keeps p's
+        # slot from being rewritten before it is read).
         mvq = Array(Signal(sb, name=f"mvq{k}") for k in range(MV_QUEUE))
+        mvq_res = Array(Signal(name=f"mvq_res{k}") for k in range(MV_QUEUE))
+        mvq_rs = Array(Signal(sb, name=f"mvq_rs{k}") for k in range(MV_QUEUE))   # p's slot
         mvq_rd = Signal(range(MV_QUEUE), name="mvq_rd")
         mvq_wr = Signal(range(MV_QUEUE), name="mvq_wr")
         mvq_n = Signal(range(MV_QUEUE + 1), name="mvq_n")
@@ -422,19 +434,36 @@ class ChipCore(wiring.Component):
                                         for k in range(4) for e in range(MV_QUEUE)]).any())
         dst_queued = Signal()                     # the op's destination is a queued destination
         m.d.comb += dst_queued.eq(Cat(*[queued[e] & (mvq[e] == op.dst) for e in range(MV_QUEUE)]).any())
+        res_pending = Signal()                    # a residual matvec is queued
+        m.d.comb += res_pending.eq(Cat(*[queued[e] & mvq_res[e] for e in range(MV_QUEUE)]).any())
         vrf_taken = Signal()                      # the op's own results write the VRF this cycle
+        head_res = Signal()
+        res_got = Signal()                        # vrf.r_data holds p's word for the result in mo
+        m.d.comb += head_res.eq(mvq_res[mvq_rd])
         with m.If(mvq_n != 0):
-            m.d.comb += mo.ready.eq(~vrf_taken)
-            with m.If(mo.valid & ~vrf_taken):
+            with m.If(head_res & ~res_got):
+                with m.If(mo.valid):
+                    m.d.comb += [vrf.r_en.eq(1), vrf.r_addr.eq(mvq_rs[mvq_rd] * SW + mv_col)]
+                    m.d.sync += res_got.eq(1)
+            with m.Else():
+                m.d.comb += mo.ready.eq(~vrf_taken)
+            with m.If(mo.valid & ~vrf_taken & (~head_res | res_got)):
+                ys = [mo.payload.y[j] for j in range(L)]
+                sums = []
+                for j in range(L):
+                    t = Signal(signed(X.bits + 1), name=f"res_sum{j}")
+                    m.d.comb += t.eq(ys[j] + vrf.r_data.word_select(j, X.bits).as_signed())
+                    sums.append(Mux(t > X.hi, X.hi, Mux(t < X.lo, X.lo, t))[:X.bits])
                 m.d.comb += [vrf.w_en.eq(1), vrf.w_addr.eq(mvq[mvq_rd] * SW + mv_col),
-                             vrf.w_data.eq(Cat(*[mo.payload.y[j] for j in range(L)])),
+                             vrf.w_data.eq(Mux(head_res, Cat(*sums), Cat(*ys))),
                              vrf.w_strb.eq((Const(1, 4 * L + 1) << (mo.payload.count * 4)) - 1)]
-                m.d.sync += mv_col.eq(mv_col + 1)
+                m.d.sync += [mv_col.eq(mv_col + 1), res_got.eq(0)]
                 with m.If(mo.payload.last):
                     m.d.comb += mvq_pop.eq(1)
                     m.d.sync += [mv_col.eq(0), mvq_rd.eq(mvq_rd + 1)]
         with m.If(mvq_push):
-            m.d.sync += [mvq[mvq_wr].eq(op.dst), mvq_wr.eq(mvq_wr + 1)]
+            m.d.sync += [mvq[mvq_wr].eq(op.dst), mvq_res[mvq_wr].eq(op.res), mvq_rs[mvq_wr].eq(op.s1),
+                         mvq_wr.eq(mvq_wr + 1)]
         m.d.sync += mvq_n.eq(mvq_n + mvq_push - mvq_pop)
         with m.If(is_op(Opc.MLA) & op.last):
             m.d.comb += mla_o.ready.eq(1)
@@ -726,7 +755,7 @@ class ChipCore(wiring.Component):
                 writes_vrf = (is_op(Opc.RMS) | is_op(Opc.MIX) | is_op(Opc.EW) | is_op(Opc.COMB)
                               | (is_op(Opc.KDA) | is_op(Opc.MLA)) & op.last)
                 needs_desc = is_op(Opc.MV) | is_op(Opc.PLD)
-                with m.If(~pld_hold & (pf_hit | ~needs_desc)
+                with m.If(~pld_hold & (pf_hit | ~needs_desc) & ~(res_pending & ~is_op(Opc.PLD))
                           & ((is_op(Opc.MV) & op.keep) | is_op(Opc.PLD) | (feeds_only & ~src_queued)
                              | (writes_vrf & ~src_queued & ~dst_queued) | (mvq_n == 0))):
                     m.d.comb += holding.eq(0)
