@@ -248,7 +248,7 @@ class KdaEngine(wiring.Component):
         l2_hi = round_shift_const(dh << (2 * X.bits - 2), self.l2_sq_shift) + self.l2_eps
         rn_hi = round_shift_const(dh << (2 * S.bits - 2), self.rn_sq_shift) + self.rn_eps
         self.rsqrt = Rsqrt(m_bits=max(l2_hi, rn_hi).bit_length(), frac_bits=max(self.l2_frac, self.rn_frac).bit_length(),
-                           rom_dir=rom_dir)
+                           rom_dir=rom_dir, port=port_of(roms, "rsqrt"))
         self.y_bits = X.frac + math.ceil(lg / 2) + 2                    # read / rms <= sqrt(dh), plus margin
         self.apply_k, self.apply_q = (
             ApplyMant(v_bits=X.bits, v_frac=X.frac, out_frac=UNIT.frac, out_bits=UNIT.bits,

@@ -571,7 +571,7 @@ class MacArray(wiring.Component):
 
 
 # ---- build registry hooks (rtl_gen.emit BLOCKS entry) ------------------------------------------------
-_BANKS = {"nano": 4, "tiny": 2}     # lane groups per preset: nano 64 lanes, tiny 32 (fast simulation)
+_BANKS = {"nano": 8, "tiny": 2}     # lane groups per preset: nano 128 lanes, tiny 32 (fast simulation)
 
 
 EMB_RECORDS = ("emb.q", "emb.s", "emb.z")    # the image's first records (SPEC §4): the embedding table

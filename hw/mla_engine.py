@@ -48,16 +48,18 @@ meets every head's qr), so all heads advance together:
     normalisation reads the holding registers (H L / norm_units cycles, after chunk 0 also the Recip
     latency), so that they are read before the next chunk's sums replace them.
     (An ApplyMant is ~8.6k um2 in Nangate45 and works once per chunk: nano shares 4 among 16 lanes.)
-  output: the q buffers, head by head, one beat per cycle while ``o`` is ready.
+  output: the q buffers, head by head, one beat per cycle while ``o`` is ready, each beat as soon as
+    its word is in the q buffer (read from the cycle after its last lane group is written): the earlier
+    chunks' beats and the last chunk's earlier heads leave while the last chunk is still normalised, so
+    the last beat leaves two cycles after the last normalisation write (if ceil(dv/L) <= L / norm_units).
 exp2 tables: head k reads the k-th exp2 port of ``roms``; heads without one share msh_roms owned
 here, two heads per ROM (its two read ports).
 Latency (no stalls; MlaParams.cycles, checked by the test at every position): nano dims and build
-t = 0: 66 cycles from the first input beat to the last output beat, t = 31: 209, t = 63: 369 (15 load
-+ (t+1)(wk+wr) + 10 + max(t+1, H L / norm_units + 5) + (t+1) + 12 + H L / norm_units + H wv: 5 cycles
-per cached position for both heads; norm_units = 16 would save 6 cycles per position). Throughput is
-one q.k word or one e.v word per cycle for every head; more lanes shorten both passes (L = 32: 246
-cycles at t = 63) at the price of more multipliers. Starting the output while the last chunk is
-normalised would save up to H wv cycles more.
+t = 0: 63 cycles from the first input beat to the last output beat, t = 31: 206, t = 63: 366 (15 load
++ (t+1)(wk+wr) + 10 + max(t+1, H L / norm_units + 5) + (t+1) + 13 + H L / norm_units
++ (H-1) max(0, wv - L / norm_units): 5 cycles per cached position for both heads; norm_units = 16 would
+save 5 cycles per position). Throughput is one q.k word or one e.v word per cycle for every head; more
+lanes shorten both passes (L = 32: 245 cycles at t = 63) at the price of more multipliers.
 """
 from __future__ import annotations
 
@@ -211,14 +213,15 @@ class MlaEngine(wiring.Component):
             m.d.comb += [b.r_en.eq(s_iss.v & ~s_iss.kr if k else s_iss.v), b.r_addr.eq(s_addr)]
 
         score_done = Signal()
-        norm_done = Signal()                    # the last chunk is normalised
         c_end = Signal(wb)                      # the chunk's last cycle in CTX
         last_r = Signal()                       # o holds the final beat of the position
         o_h = Signal(head)                      # the head whose q buffer o reads
+        o_end = Signal()                        # the final beat of the position is taken
+        m.d.comb += o_end.eq(self.o.valid & self.o.ready & last_r)
 
         # The controller: a state register with one If per state (no casez over an FSM register, so
         # the generated Verilog lints clean without CASEINCOMPLETE waivers).
-        states = ("QC", "QR", "KC", "KR", "V", "SCORE", "SCORE_DRAIN", "CTX", "CTX_NORM", "OUT")
+        states = ("QC", "QR", "KC", "KR", "V", "SCORE", "SCORE_DRAIN", "CTX", "CTX_OUT")
         code = {name: k + 1 for k, name in enumerate(states)}     # no state 0: `state == 0` lints as `!state`
         state = Signal(range(len(states) + 1), init=code["QC"])
 
@@ -289,24 +292,12 @@ class MlaEngine(wiring.Component):
                 m.d.sync += [n.eq(0), j.eq(0), w.eq(w + 1)]
                 with m.If(w == wv - 1):
                     m.d.sync += w.eq(0)
-                    _goto("CTX_NORM")
-        with in_state("CTX_NORM"):
+                    _goto("CTX_OUT")
+        with in_state("CTX_OUT"):
+            # the last chunk is normalised while the output (below) runs; the next position once it is out
             m.d.comb += self.busy.eq(1)
-            with m.If(norm_done):
-                _goto("OUT")
-        with in_state("OUT"):
-            # the ctx beats from the q buffers, head by head; a read only when o is free or being taken
-            m.d.comb += self.busy.eq(1)
-            with m.If(self.o.valid & last_r):
-                with m.If(self.o.ready):
-                    m.d.sync += self.o.valid.eq(0)
-                    _goto("QC")
-            with m.Elif(~self.o.valid | self.o.ready):
-                for k, q in enumerate(qbufs):
-                    m.d.comb += [q.r_en.eq(h == k), q.r_addr.eq(w)]
-                m.d.sync += [self.o.valid.eq(1), o_h.eq(h), last_r.eq((h == H - 1) & (w == wv - 1)), w.eq(w + 1)]
-                with m.If(w == wv - 1):
-                    m.d.sync += [w.eq(0), h.eq(Mux(h == H - 1, 0, h + 1))]
+            with m.If(o_end):
+                _goto("QC")
         out_word = Array(q.r_data for q in qbufs)[o_h]
         m.d.comb += [self.o.payload.data.eq(out_word), self.o.payload.last.eq(last_r)]
 
@@ -442,7 +433,29 @@ class MlaEngine(wiring.Component):
             with m.If(done & ((a_s >> gl) == hd)):
                 m.d.comb += [q.w_en.eq(1), q.w_addr.eq(a_w), q.w_strb.eq(strobe),
                              q.w_data.eq(Cat(am.o.y for am in apply).replicate(G))]
-        m.d.comb += norm_done.eq(done & (a_s == (H << gl) - 1) & (a_w == wv - 1))
+
+        # ---------------- output: the ctx beats from the q buffers, head by head, each as soon as it is written
+        # The normalisation completes the words chunk by chunk, in each chunk head by head; (wr_c, wr_h) is
+        # the last completed word (wr_v: any of this position), so beat (rd_h, rd_w) is in its q buffer once
+        # rd_w < wr_c, or rd_w == wr_c and rd_h <= wr_h. Its read is issued from the cycle after that write
+        # (registered read, no read-during-write) and only when o is free or being taken.
+        wr_v, wr_c, wr_h = Signal(), Signal(chunk), Signal(head)
+        with m.If(done & ((a_s & (G - 1)) == G - 1)):
+            m.d.sync += [wr_v.eq(1), wr_c.eq(a_w), wr_h.eq(a_s >> gl)]
+        rd_h, rd_w = Signal(head), Signal(chunk)    # the next beat to read
+        rd = Signal()
+        m.d.comb += rd.eq(wr_v & ((rd_w < wr_c) | ((rd_w == wr_c) & (rd_h <= wr_h)))
+                          & ~(self.o.valid & last_r) & (~self.o.valid | self.o.ready))
+        with m.If(rd):                          # q buffer reads of the score pass are over (s_iss.v is 0)
+            m.d.comb += [q.r_en.eq(rd_h == k) for k, q in enumerate(qbufs)] + [q.r_addr.eq(rd_w) for q in qbufs]
+            m.d.sync += [self.o.valid.eq(1), o_h.eq(rd_h), last_r.eq((rd_h == H - 1) & (rd_w == wv - 1)),
+                         rd_w.eq(rd_w + 1)]
+            with m.If(rd_w == wv - 1):
+                m.d.sync += [rd_w.eq(0), rd_h.eq(Mux(rd_h == H - 1, 0, rd_h + 1))]
+        with m.Elif(self.o.ready):
+            m.d.sync += self.o.valid.eq(0)
+        with m.If(o_end):                       # the position is out: no word of the next one is written yet
+            m.d.sync += wr_v.eq(0)
         return m
 
 

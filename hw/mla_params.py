@@ -46,7 +46,8 @@ class MlaParams:
     so the heads run in parallel and the area grows with ``max_heads``. The ``norm_units`` ApplyMant
     units (~8.6k um2 each in Nangate45) normalise the heads' context chunks ``norm_units`` lanes per
     cycle: fewer units cost heads x (lanes / norm_units - 1) cycles per position (the last chunk's; an
-    earlier chunk's normalisation overlaps the next chunk unless t + 1 is shorter)."""
+    earlier chunk's normalisation overlaps the next chunk unless t + 1 is shorter), less what the output
+    hides: a head's beats leave while the next heads are normalised."""
 
     max_heads: int = 2
     max_dk: int = 32
@@ -236,10 +237,13 @@ class MlaParams:
         # a chunk before the last: its (t+1) e x v words, but at least as long as its normalisation reads the
         # holding registers (chunk 0's waits for the reciprocals of sum e), while the next chunk accumulates
         before_last = sum(max(t + 1, steps + (RECIP_LATENCY if c == 0 else 0)) for c in range(wv - 1))
-        # the last chunk: its words, the drain, its normalisation (after the reciprocals if it is chunk 0);
-        # then the heads' output beats, one per cycle
+        # the last chunk: its words, the drain, its normalisation (after the reciprocals if it is chunk 0)
+        # and the last head's last beat, read from its q buffer the cycle after its last write; the beats
+        # before it leave while the chunk is normalised, one per cycle, each once it is written: a head's
+        # final beat is written norm_steps cycles after the previous head's, so the heads' wv beats fall
+        # behind only if wv > norm_steps
         last = (t + 1) + (RECIP_LATENCY if wv == 1 else 0) + CTX_DRAIN + steps
-        return score + before_last + last + heads * wv
+        return score + before_last + last + (heads - 1) * max(0, wv - self.norm_steps)
 
     def cycles(self, t: int, heads: int, dk: int, dr: int, dv: int) -> int:
         """Cycles from the first input beat to the last output beat of position t with no stalls (exact)."""
@@ -247,7 +251,7 @@ class MlaParams:
 
 
 SCORE_DRAIN = 8     # score pipeline drain (adder tree of 8 or 16 lanes) + pass switches (measured)
-CTX_DRAIN = 12      # context pipeline + ApplyMant + switch to the output, after the last chunk (measured)
+CTX_DRAIN = 13      # context pipeline + ApplyMant + q buffer write and read to the last output beat (measured)
 RECIP_LATENCY = 5   # hw.lut_unit.Recip.LATENCY: the reciprocals of sum e, once per position after chunk 0
 
 

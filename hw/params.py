@@ -69,7 +69,7 @@ class ChipParams:
     mem_max_inflight: int = 64  # memory engine: reads in flight (covers base 24 + jitter 12 at 1 beat/cycle)
     mem_len_bits: int = 24      # memory engine: bits of a read range's byte length
     norm_lanes: int = 8         # RMSNorm elements per cycle (hw.norm_unit lanes; 1, 2, 4 or 8)
-    ew_lanes: int = 2           # element-wise (ADD, SwiGLU) elements per cycle (hw.vector_unit; 1, 2 or 4)
+    ew_lanes: int = 4           # element-wise (ADD, SwiGLU) elements per cycle (hw.vector_unit; 1, 2 or 4)
     mix_lanes: int = 4          # residual-mixer elements per cycle (hw.res_mixer; 1, 2 or 4)
     comb_lanes: int = 2         # MoE-combine elements per cycle (hw.chip_glue.Combine; 1, 2 or 4)
     kda_lanes: int = 2          # KDA engine input elements per cycle (hw.kda_engine.KdaParams.lanes; 1 or 2)

@@ -61,17 +61,21 @@ from nano_k3.image import FORMAT_VERSION, MAGIC, STATUS_DONE, logits_stride
 from nano_k3.tensors import record_names
 
 RSP_DONE = 0x0000D0DE
-# LUT ROMs that two LUT units share (table, unit on port 1, unit on port 2), each unit a read port of its
-# own; the element-wise unit's SiLU lanes take the sigmoid ports in this order
-# LUT ROMs shared between units: (table, the unit on read port 1, the unit on read port 2); a pair of
-# units on one port takes turns (the first while a ROUTE op runs, the second otherwise)
-SHARED_ROMS = (("sigmoid", "kda", "ew"), ("sigmoid", ("router", "kda"), "ew"), ("rsqrt", "norm", "mixer"),
-               ("recip", "router", "mixer"), ("exp2", "mla", "mixer"))
+# LUT ROMs shared between units: (table, the unit on read port 1, the unit on read port 2). Units on one
+# port (a tuple) take turns by the op that runs (``TURNS``: the router during a ROUTE op, the element-wise
+# unit during an EW op, ...; the last unit otherwise): their lookups only happen while their ops run (a KDA
+# or MLA engine's last op lasts until its outputs are collected). A unit's ports are in the order listed
+# (the element-wise unit's SiLU lane k takes its k-th sigmoid port, MLA head k its k-th exp2 port).
+SHARED_ROMS = (("sigmoid", "kda", "ew"), ("sigmoid", ("router", "kda"), "ew"), ("rsqrt", ("norm", "kda"), "mixer"),
+               ("recip", ("router", "mla"), "mixer"), ("exp2", "mla", ("mixer", "mla")))
+TURNS = {"router": Opc.ROUTE, "ew": Opc.EW, "norm": Opc.RMS, "mixer": Opc.MIX}
 
 
 def shared_roms(chip: ChipParams) -> tuple:
-    """``SHARED_ROMS`` plus a sigmoid ROM for every two element-wise lanes past the first two."""
-    return SHARED_ROMS + (("sigmoid", "ew", "ew"),) * (max(0, chip.ew_lanes - 2) // 2)
+    """``SHARED_ROMS``; with 4 element-wise lanes, lanes 2 and 3 take turns on the KDA's sigmoid ports."""
+    if chip.ew_lanes <= 2:
+        return SHARED_ROMS
+    return (("sigmoid", ("ew", "kda"), "ew"), ("sigmoid", ("router", "ew", "kda"), "ew")) + SHARED_ROMS[2:]
 
 
 DESC_BANKS = 4             # descriptor SRAM banks (an op reads three consecutive records at once)
@@ -106,12 +110,16 @@ class _RegFifo:
         m.d.sync += n.eq(n + push - pop)
 
 
-def _time_shared(m: Module, port: RomPort, first: Signal) -> tuple[RomPort, RomPort]:
-    """Two users of one ROM read port: the first addresses it while ``first`` is high, the second otherwise."""
+def _time_shared(m: Module, port: RomPort, turns: list[Signal]) -> tuple[RomPort, ...]:
+    """len(turns) + 1 users of one ROM read port: user k addresses it while ``turns[k]`` is high (the
+    first such k), the last user otherwise."""
     users = tuple(RomPort(port.table, tuple(Signal.like(a, name=f"{a.name}_u{k}") for a in port.addr), port.data)
-                  for k in range(2))
+                  for k in range(len(turns) + 1))
     for j, a in enumerate(port.addr):
-        m.d.comb += a.eq(Mux(first, users[0].addr[j], users[1].addr[j]))
+        sel = users[-1].addr[j]
+        for k in reversed(range(len(turns))):
+            sel = Mux(turns[k], users[k].addr[j], sel)
+        m.d.comb += a.eq(sel)
     return users
 
 
@@ -180,10 +188,10 @@ class ChipCore(wiring.Component):
         minp = m.submodules.mac_input = MacInput(mac.act.payload.shape(), lanes=L, max_n=max_n)
         # LUT ROMs shared by engines that use the same table (a read port each, or one port in turns)
         roms: dict = {}                       # engine -> {table: (its ports, in SHARED_ROMS order)}
-        route_op = Signal()                   # a ROUTE op runs: the router's turn on a time-shared port
+        turn = {u: Signal(name=f"{u}_turn") for u in TURNS}     # its op runs: the unit's turn on a shared port
         for k, (table, *units) in enumerate(shared_roms(chip)):
             for unit, port in zip(units, shared_rom(m, table, b.rom_dir, f"{table}{k}_rom")):
-                for u, p in (zip(unit, _time_shared(m, port, route_op)) if isinstance(unit, tuple)
+                for u, p in (zip(unit, _time_shared(m, port, [turn[x] for x in unit[:-1]])) if isinstance(unit, tuple)
                              else [(unit, port)]):
                     roms.setdefault(u, {}).setdefault(table, ())
                     roms[u][table] += (p,)
@@ -317,7 +325,7 @@ class ChipCore(wiring.Component):
         m.d.comb += [vrf.r_en.eq(ef.vrf_re | wf.vrf_re), vrf.r_addr.eq(Mux(ef.vrf_re, ef.vrf_raddr, wf.vrf_raddr))]
         fo = ef.o
         is_op = lambda c: op.opc == int(c)   # noqa: E731
-        m.d.comb += route_op.eq(is_op(Opc.ROUTE))
+        m.d.comb += [turn[u].eq(is_op(c)) for u, c in TURNS.items()]
 
         # feed routing
         m.d.comb += [

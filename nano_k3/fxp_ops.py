@@ -51,7 +51,7 @@ class Fmt:
 
 # The formats of the datapath (docs/fixed_point.md is the table that explains each one).
 X = Fmt("X", 32, 24)             # vectors between blocks: residual stream, norms, matvec outputs, KV cache
-A = Fmt("A", 24, 0)              # MAC-array input mantissa (int24); its exponent is per vector (mac_input)
+A = Fmt("A", 20, 0)              # MAC-array input mantissa (int20); its exponent is per vector (mac_input)
 UNIT = Fmt("UNIT", 24, 23)       # L2-normalised q_hat, k_hat (|v| <= 1, saturates at 1 - 2^-23)
 P = Fmt("P", 24, 23, False)      # probabilities, sigmoid and exp outputs, reciprocal mantissas
 ALPHA = Fmt("ALPHA", 23, 23, False)  # KDA decay alpha in (e^-5, 1)
@@ -123,7 +123,7 @@ def mac_input(v, v_frac: int) -> tuple[np.ndarray, int]:
     """Block floating point for the MAC array: (A mantissas, shared fractional bits) of a vector.
 
     The exponent comes from the leading-one position of max|v| (a leading-zero count over the
-    vector) so that the largest mantissa uses the top bit: 2^22 <= max|m| < 2^23 for A = int24,
+    vector) so that the largest mantissa uses the top bit: 2^18 <= max|m| < 2^19 for A = int20,
     rounded half up and saturated (a round-up to 2^23 clips to A.hi). The fractional bits are
     capped at MAC_FRAC_MAX (a zero vector gets the cap); every X vector with a nonzero element
     reaches the top bit below the cap.

@@ -32,10 +32,12 @@ def test_run_covers_every_trace_key_and_router(reference):
 
 
 def test_float64_reference_removes_golden_rounding():
-    """Against float64 the layer-1 router input error is what the datapath adds (~1e-6)."""
+    """Against float64 the layer-1 router input error is what the datapath adds: ~1e-5 with int20 MAC
+    inputs and 1,024-segment sigmoid / decay tables (it was ~1.5e-6 with int24 and deeper tables, which
+    cost the 128-lane MAC array's area; docs/fixed_point.md "Precision")."""
     res = divergence.run(NANO.with_group(128), seed=18, positions=8, reference="float64")
     errs = [r["errors"]["L1.norm2"] for r in res["rows"]]
-    assert np.median(errs) < 5e-6, errs
+    assert np.median(errs) < 1.5e-5, errs
 
 
 def test_cli_prints_table_and_writes_json(tmp_path, capsys):

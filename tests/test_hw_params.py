@@ -41,12 +41,12 @@ def test_signed_bits(lo, hi, bits):
 
 def test_nano_accumulator_widths():
     p = preset("nano")
-    # act_bits 24 (format A): q·x pair 2·15·2^23 < 2^28; Σ over 512 rows 15·2^32 < 2^36;
-    # |y| ≤ 512·2^15·15·2^23 = 15·2^47 < 2^51
-    assert p.act_bits == 24
-    assert (p.beat_qx_bits, p.beat_x_bits) == (29, 25)
-    assert (p.group_qx_bits, p.group_x_bits, p.group_d_bits) == (37, 33, 37)
-    assert p.out_bits == 52
+    # act_bits 20 (format A): q·x pair 2·15·2^19 < 2^24; Σ over 512 rows 15·2^28 < 2^32;
+    # |y| ≤ 512·2^15·15·2^19 = 15·2^43 < 2^47
+    assert p.act_bits == 20
+    assert (p.beat_qx_bits, p.beat_x_bits, p.beat_d_bits) == (25, 21, 25)
+    assert (p.group_qx_bits, p.group_x_bits, p.group_d_bits) == (33, 29, 33)
+    assert p.out_bits == 48
 
 
 def test_out_bits_cover_the_extreme_sum_exactly():
@@ -73,10 +73,11 @@ def test_mac_scale_lanes_rejected_with_the_value_and_the_valid_range(value):
 
 def test_mac_scale_steps():
     p = mac_array_params_for(preset("nano"))
-    assert (p.lanes, p.scale_lanes) == (64, 16)
-    assert [p.scale_steps(n) for n in (2, 16, 32, 64, 512)] == [1, 1, 2, 4, 4]
+    assert (p.lanes, p.scale_lanes) == (128, 16)
+    assert [p.scale_steps(n) for n in (2, 16, 32, 64, 512)] == [1, 1, 2, 4, 8]
     one = dataclasses.replace(p, scale_lanes=1)
-    assert one.scale_steps(512) == 64 and one.scale_steps(2) == 2
-    # a group holds the store port for its scale steps when they outnumber its reads
-    assert one.issue_cycles(64, 64, 64) == 64 and p.issue_cycles(64, 64, 64) == 32 + 3
+    assert one.scale_steps(512) == 128 and one.scale_steps(2) == 2
+    # a group holds the store port for its scale steps when they outnumber its reads (64 -> 64 folds
+    # two row pairs a read: 16 q reads, z, s)
+    assert one.issue_cycles(64, 64, 64) == 64 and p.issue_cycles(64, 64, 64) == 16 + 2
     assert dataclasses.replace(p, scale_lanes=64).scale_steps(64) == 1

@@ -10,8 +10,10 @@ from nano_k3 import luts
 from nano_k3.fxp_math import exp2_neg, kda_decay, recip, rsqrt, sigmoid
 from nano_k3.fxp_ops import ALPHA, T, X
 
-# Documented max |interpolant - f| per table (real units); the generator measures it.
-ERROR_BOUNDS = {"rsqrt": 8e-7, "recip": 8e-7, "exp2": 8e-7, "sigmoid": 5e-7, "kda_decay": 8e-7}
+# Documented max |interpolant - f| per table (real units); the generator measures it. The sigmoid and
+# the decay have 1,024 segments (nano_k3.luts): 1.5e-6 and 1.0e-5, which keep the fixed-point model
+# within 1.9e-8 of 1 - cos (target 2e-5, python -m nano_k3.precision --seeds 20).
+ERROR_BOUNDS = {"rsqrt": 8e-7, "recip": 8e-7, "exp2": 8e-7, "sigmoid": 1.6e-6, "kda_decay": 1.1e-5}
 ROM_BITS_MAX = 150 * 1024   # all tables together (area: 1 mm^2 per Mibit)
 
 
@@ -70,9 +72,9 @@ def test_function_accuracy_over_wide_ranges():
     t = np.arange(0, 20 * one_t, 997 << 8, dtype=np.int64) + 5
     assert np.abs(exp2_neg(t) / 2**23 - 2.0 ** (-t / one_t)).max() < 1e-6
     x = np.arange(-20 * one_x, 20 * one_x, 1231 << 8, dtype=np.int64) + 7
-    assert np.abs(sigmoid(x) / 2**23 - 1 / (1 + np.exp(-x / one_x))).max() < 6e-7
+    assert np.abs(sigmoid(x) / 2**23 - 1 / (1 + np.exp(-x / one_x))).max() < 1.7e-6
     g = np.arange(-16 * one_x, 16 * one_x, 1231 << 8, dtype=np.int64) + 3
-    assert np.abs(kda_decay(g) / 2**ALPHA.frac - np.exp(-5 / (1 + np.exp(-g / one_x)))).max() < 1e-6
+    assert np.abs(kda_decay(g) / 2**ALPHA.frac - np.exp(-5 / (1 + np.exp(-g / one_x)))).max() < 1.1e-5
 
 
 @pytest.mark.parametrize("name", sorted(ERROR_BOUNDS))
