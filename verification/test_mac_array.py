@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 from cocotb.triggers import RisingEdge
 
-from hw.mac_array import MacArray, act_layout, cmd_layout, mac_array_params_for, out_layout
+from hw.mac_array import MacArray, act_layout, cmd_layout, mac_array_params_for, out_layout, store_block
 from hw.weight_store import BEAT_BYTES, write_layout
 from nano_k3 import fxp_ops
 from nano_k3.config import PRESETS
@@ -172,10 +172,11 @@ class Model:
         self.weights = generate(self.cfg, seed)
         image = build_image(self.weights, generate_tokens(self.cfg, seed, 4))
         lay = image.layout
-        self.base = lay.descriptors[0].addr
-        self.block = image.data[self.base:lay.tokens_addr]                  # the tensor block, 16 B aligned
-        self.desc = {d.name: (d.addr - self.base) // BEAT_BYTES for d in lay.descriptors}
-        self.addr = {d.name: d.addr - self.base for d in lay.descriptors}
+        _, self.base, end = store_block(self.cfg, group)                   # the block the chip's store holds
+        self.block = image.data[self.base:end]                              # (no embedding table), 16 B aligned
+        stored = [d for d in lay.descriptors if d.addr >= self.base]
+        self.desc = {d.name: (d.addr - self.base) // BEAT_BYTES for d in stored}
+        self.addr = {d.name: d.addr - self.base for d in stored}
         self.mats = FixedModel(self.weights).mats                          # name -> (q, s, z, g)
         self.names = [s.name for s in tensor_specs(self.cfg) if isinstance(s, MatSpec) and not s.emb]
         shapes: dict = {}
