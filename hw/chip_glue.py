@@ -19,6 +19,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.data import ArrayLayout, StructLayout
 from amaranth.lib.wiring import In, Out
 
+from hw.lut_unit import clamp
 from hw.program import LANES, MAX_SRCS, PaMode, PbMode
 from nano_k3.fxp_ops import RW, X
 
@@ -288,7 +289,6 @@ class Combine(wiring.Component):
         with m.If(en):
             m.d.sync += [v[0].eq(self.i.valid), *[v[j + 1].eq(v[j]) for j in range(len(v) - 1)],
                          self.o.valid.eq(v[-1])]
-        sat = lambda r: Mux(r > X.hi, X.hi, Mux(r < X.lo, X.lo, r))     # noqa: E731
         pw = X.bits + RW.bits + 1
         for lane in range(self.lanes):
             prods = [Signal(signed(pw), name=f"cprod{j}_{lane}") for j in range(k)]
@@ -304,6 +304,6 @@ class Combine(wiring.Component):
                 total = sh
                 for p in prods:
                     total = total + p
-                m.d.sync += [tot.eq(total), moe.eq(sat((tot + (1 << (RW.frac - 1))) >> RW.frac)),
-                             self.o.payload[lane].eq(sat(moe + res[2]))]
+                m.d.sync += [tot.eq(total), moe.eq(clamp((tot + (1 << (RW.frac - 1))) >> RW.frac, X.lo, X.hi)),
+                             self.o.payload[lane].eq(clamp(moe + res[2], X.lo, X.hi))]
         return m

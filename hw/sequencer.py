@@ -40,7 +40,7 @@ from amaranth.lib.wiring import In, Out
 
 from hw.chip_glue import Combine, ElemFeeder, WordFeeder
 from hw.kda_engine import KdaEngine, KdaParams
-from hw.lut_unit import RomPort, Streamed, shared_rom
+from hw.lut_unit import RomPort, Streamed, clamp, shared_rom
 from hw.mac_array import EMB_RECORDS, MacArray, emb_table_bytes, mac_array_params_for
 from hw.mac_input import MacInput
 from hw.mem_engine import MemEngine, MemPortSignature
@@ -461,7 +461,7 @@ class ChipCore(wiring.Component):
                 for j in range(L):
                     t = Signal(signed(X.bits + 1), name=f"res_sum{j}")
                     m.d.comb += t.eq(ys[j] + vrf.r_data.word_select(j, X.bits).as_signed())
-                    sums.append(Mux(t > X.hi, X.hi, Mux(t < X.lo, X.lo, t))[:X.bits])
+                    sums.append(clamp(t, X.lo, X.hi)[:X.bits])
                 m.d.comb += [vrf.w_en.eq(1), vrf.w_addr.eq(mvq[mvq_rd] * SW + mv_col),
                              vrf.w_data.eq(Mux(head_res, Cat(*sums), Cat(*ys))),
                              vrf.w_strb.eq((Const(1, 4 * L + 1) << (mo.payload.count * 4)) - 1)]
