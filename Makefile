@@ -1,5 +1,7 @@
 # A thin layer over the Python entry points. Every target first makes sure .venv holds the toolchain.
 # NANGATE45_PDK must point at the Nangate45 PDK folder (see README); `make doctor` checks everything.
+# A relative NANGATE45_PDK (e.g. ../shared/pdk/nangate45) is taken from this folder, where make runs the
+# tools; pdk_config.pdk_from_env makes it absolute before any tool or test uses it.
 
 PY      := .venv/bin/python
 STAMP   := .venv/.installed

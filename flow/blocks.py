@@ -19,6 +19,7 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from pdk_config import pdk_from_env
 from rtl_gen.emit import BLOCKS
 
 REPO = Path(__file__).resolve().parent.parent
@@ -106,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-tests", action="store_true", help="skip the cocotb test runs")
     args = ap.parse_args(argv)
     args.out = args.out.resolve()
+    pdk_from_env()   # a relative $NANGATE45_PDK made absolute here: the steps run with cwd=REPO
     unknown = sorted(set(args.blocks) - set(BLOCKS))
     if unknown:
         ap.error(f"unknown blocks {unknown}; valid: {sorted(BLOCKS)}")

@@ -45,7 +45,7 @@ from flow.macro_map import MacroMapError, Mapping, macro_sizes, map_design
 from flow.orfs_metrics import MetricsError, collect_metrics, summary_text
 from flow.sta import DRIVING_CELL, IO_DELAY_FRACTION, OUTPUT_LOAD_FF
 from flow.synth import SynthError, liberty_areas, load_rtl
-from pdk_config import PdkError, find_pdk
+from pdk_config import PdkError, find_pdk, pdk_from_env
 
 REPO = Path(__file__).resolve().parent.parent
 PLATFORM = "nangate45"
@@ -567,18 +567,18 @@ def pick_runner(choice: str = "auto") -> tuple[str, str]:
 
 
 def run_command(runner: str, detail: str, out: Path, top: str, image: str, targets: list[str]) -> list[str]:
-    pdk = os.environ.get("NANGATE45_PDK")
+    pdk = pdk_from_env()
     if runner == "local":
         cmd = ["make", "-C", detail, f"DESIGN_CONFIG={(out / 'designs' / PLATFORM / top / 'config.mk').resolve()}",
                f"WORK_HOME={out.resolve()}", f"FLOW_VARIANT={FLOW_VARIANT}"]
         if pdk:
-            cmd.append(f"NK3_FAKERAM_DIR={Path(pdk).resolve()}")
+            cmd.append(f"NK3_FAKERAM_DIR={pdk}")
         return cmd + targets
     mounts = ["-v", f"{out.resolve()}:/nk3/orfs"]
     make = [f"DESIGN_CONFIG=/nk3/orfs/designs/{PLATFORM}/{top}/config.mk", "WORK_HOME=/nk3/orfs",
             f"FLOW_VARIANT={FLOW_VARIANT}"]
     if pdk:
-        mounts += ["-v", f"{Path(pdk).resolve()}:/nk3/pdk:ro"]
+        mounts += ["-v", f"{pdk}:/nk3/pdk:ro"]
         make.append("NK3_FAKERAM_DIR=/nk3/pdk")
     script = f"cd /OpenROAD-flow-scripts && source ./env.sh && make -C {CONTAINER_FLOW} " + " ".join(make + targets)
     return [detail, "run", "--rm", "-u", f"{os.getuid()}:{os.getgid()}", *mounts, image, "bash", "-c", script]

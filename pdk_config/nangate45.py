@@ -3,6 +3,10 @@
 Search order: ``$NANGATE45_PDK``, then an OpenROAD-flow-scripts platform directory
 (``$FLOW_HOME/platforms/nangate45``, ``$ORFS_HOME/flow/platforms/nangate45``). Both the gzipped
 liberty names of the shared PDK folder and ORFS's plain ``.lib`` names are accepted.
+
+``$NANGATE45_PDK`` is read in one place, :func:`pdk_from_env`, which makes a relative value (the README's
+``../shared/pdk/nangate45``) absolute once, against the current directory, and writes it back, so every
+tool, test and child process started in another directory sees the same absolute folder.
 """
 from __future__ import annotations
 
@@ -31,8 +35,40 @@ SITE = "FreePDK45_38x28_10R_NP_162NW_34O"
 DONT_USE = ("TAPCELL_X1", "FILLCELL_X1", "AOI211_X1", "OAI211_X1", "ANTENNA_X1")
 
 
+PDK_VAR = "NANGATE45_PDK"
+_given: dict[str, str] = {}            # the last absolute path written back -> the value it replaced (for errors)
+
+
 class PdkError(RuntimeError):
     """The PDK, or a file of it, could not be found."""
+
+
+def pdk_from_env() -> Path | None:
+    """``$NANGATE45_PDK`` as an absolute path, None when unset or empty: the one place that reads the variable.
+
+    A relative value is taken from the current directory (where the shell that set it, or ``make``, runs:
+    the repository for the README's ``../shared/pdk/nangate45``) and written back absolute into the
+    environment, so later reads after a change of directory, and child processes started elsewhere
+    (``cwd=``), see the same folder. The path need not exist; :func:`find_pdk` says when it does not.
+    """
+    value = os.environ.get(PDK_VAR)
+    if not value:
+        return None
+    path = Path(value).expanduser().resolve()
+    if str(path) != value:
+        _given.clear()
+        _given[str(path)] = value
+        os.environ[PDK_VAR] = str(path)
+    return path
+
+
+def _shown(found_by: str, root: Path, note: str = "") -> str:
+    """``VAR=value`` as the user set it, then in parentheses the absolute folder it stands for when that
+    differs (a relative ``$NANGATE45_PDK``) and ``note``."""
+    given = _given.get(str(root), str(root)) if found_by == PDK_VAR else str(root)
+    notes = [f"that is {root}"] if given != str(root) else []
+    notes += [note] if note else []
+    return f"{found_by}={given}" + (f" ({': '.join(notes)})" if notes else "")
 
 
 @dataclass(frozen=True)
@@ -82,8 +118,9 @@ class Pdk:
 
 def _candidates() -> list[tuple[str, Path]]:
     out = []
-    if os.environ.get("NANGATE45_PDK"):
-        out.append(("NANGATE45_PDK", Path(os.environ["NANGATE45_PDK"])))
+    pdk = pdk_from_env()
+    if pdk is not None:
+        out.append((PDK_VAR, pdk))
     if os.environ.get("FLOW_HOME"):
         out.append(("FLOW_HOME", Path(os.environ["FLOW_HOME"]) / "platforms" / "nangate45"))
     if os.environ.get("ORFS_HOME"):
@@ -111,7 +148,7 @@ def _load(root: Path, found_by: str) -> Pdk:
     missing = [n for n, p in (("typical liberty (NangateOpenCellLibrary_typical.lib[.gz])", liberty.get("typical")),
                               (TECH_LEF, tech), (" or ".join(CELL_LEFS), cell)) if p is None]
     if missing:
-        raise PdkError(f"{found_by}={root} is not a Nangate45 PDK: missing {', '.join(missing)} "
+        raise PdkError(f"{_shown(found_by, root)} is not a Nangate45 PDK: missing {', '.join(missing)} "
                        f"(looked in {root} and its lib/, lef/ folders)")
     rams = []
     for lef in sorted(root.glob("**/fakeram45_*.lef")):
@@ -130,10 +167,11 @@ def find_pdk() -> Pdk:
     for found_by, root in _candidates():
         if root.is_dir():
             return _load(root, found_by)
-        tried.append(f"{found_by}={root} (no such directory)")
+        tried.append(_shown(found_by, root, "no such directory"))
     if not tried:
         tried.append("no variable set")
     raise PdkError(
         "Nangate45 PDK not found. Set NANGATE45_PDK to a folder with lib/NangateOpenCellLibrary_typical.lib[.gz], "
-        f"lef/{TECH_LEF} and lef/{CELL_LEFS[0]} (e.g. ../shared/pdk/nangate45), or FLOW_HOME / ORFS_HOME to an "
+        f"lef/{TECH_LEF} and lef/{CELL_LEFS[0]} (absolute, or relative to the current directory: e.g. "
+        "../shared/pdk/nangate45 from the repository), or FLOW_HOME / ORFS_HOME to an "
         "OpenROAD-flow-scripts checkout (platforms/nangate45). Tried: " + "; ".join(tried))

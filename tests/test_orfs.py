@@ -1,7 +1,6 @@
 """flow.orfs: the ORFS design generated for tests/data/mac_sram, the msh_sram wrappers against the
 msh_sram simulation model, the runner's refusal without docker/FLOW_HOME, and the metrics parser."""
 import json
-import os
 import random
 import re
 import shutil
@@ -16,11 +15,11 @@ from flow.macro_map import lef_size, macro_sizes, map_sram
 from flow.orfs_metrics import MetricsError, collect_metrics
 from flow.synth import synthesize
 from flow.toolchain import tool_env
-from pdk_config import find_pdk
+from pdk_config import find_pdk, pdk_from_env
 
 DATA = Path(__file__).parent / "data"
 REPO = Path(__file__).resolve().parents[1]
-PDK = os.environ["NANGATE45_PDK"]   # default set by tests/conftest.py
+PDK = str(pdk_from_env())   # absolute; default set by tests/conftest.py
 SEED = 20250117
 
 

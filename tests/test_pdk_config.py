@@ -1,15 +1,16 @@
 """PDK resolution: NANGATE45_PDK, ORFS platform folders, gzipped and plain liberty, clear errors."""
 import gzip
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from pdk_config import PdkError, find_pdk
+from pdk_config import PdkError, find_pdk, pdk_from_env
 
-SHARED = Path(os.environ.get("NANGATE45_PDK", Path(__file__).resolve().parents[2] / "shared/pdk/nangate45"))
+SHARED = pdk_from_env()   # absolute; default set by tests/conftest.py
 needs_pdk = pytest.mark.skipif(not SHARED.is_dir(), reason=f"no Nangate45 PDK at {SHARED} (set NANGATE45_PDK)")
 
 
@@ -63,3 +64,40 @@ def test_cli_exits_nonzero_at_once_for_a_bad_pdk():
     env = {**os.environ, "NANGATE45_PDK": "/nonexistent"}
     out = subprocess.run([sys.executable, "-m", "pdk_config"], env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 1 and "NANGATE45_PDK=/nonexistent" in out.stderr
+
+
+@needs_pdk
+def test_relative_pdk_is_made_absolute_once(tmp_path, monkeypatch):
+    """The README's relative ../shared/pdk/nangate45: taken from the current directory, written back absolute,
+    so a later change of directory (or a child process started elsewhere) still finds the same folder."""
+    monkeypatch.chdir(SHARED.parent)
+    monkeypatch.setenv("NANGATE45_PDK", f"../{SHARED.parent.name}/{SHARED.name}")
+    assert pdk_from_env() == SHARED and os.environ["NANGATE45_PDK"] == str(SHARED)
+    monkeypatch.chdir(tmp_path)
+    pdk = find_pdk()
+    assert pdk.root == SHARED and pdk.found_by == "NANGATE45_PDK"
+    assert all(p.is_absolute() and p.is_file() for p in (*pdk.liberty.values(), pdk.tech_lef, pdk.cell_lef))
+
+
+def test_relative_pdk_errors_name_the_value_and_the_folder(tmp_path, monkeypatch):
+    monkeypatch.delenv("FLOW_HOME", raising=False)
+    monkeypatch.delenv("ORFS_HOME", raising=False)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("NANGATE45_PDK", "../no_such_pdk")
+    gone = tmp_path.resolve().parent / "no_such_pdk"
+    with pytest.raises(PdkError, match=re.escape(f"NANGATE45_PDK=../no_such_pdk (that is {gone}: no such directory)")):
+        find_pdk()
+    (tmp_path / "empty").mkdir()
+    monkeypatch.setenv("NANGATE45_PDK", "empty")
+    empty = tmp_path.resolve() / "empty"
+    with pytest.raises(PdkError, match=re.escape(f"NANGATE45_PDK=empty (that is {empty}) is not a Nangate45 PDK")):
+        find_pdk()
+
+
+@needs_pdk
+def test_cli_from_another_directory_with_a_relative_pdk(tmp_path):
+    rel = os.path.relpath(SHARED, tmp_path)
+    env = {**os.environ, "NANGATE45_PDK": rel, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    out = subprocess.run([sys.executable, "-m", "pdk_config"], env=env, cwd=tmp_path, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0 and f"Nangate45 at {SHARED} (found by NANGATE45_PDK" in out.stdout, out.stderr
