@@ -130,7 +130,10 @@ def _pick_filelist(rtl_dir: Path, config: dict) -> Path:
 
 
 def _resolve(entry: str, base: Path, line_no: int, filelist: Path) -> Path:
-    for cand in (base / entry, Path(entry)):
+    """An entry relative to the list's folder or the working directory; ``rtl/<x>`` (rtl_gen's lists name
+    the files as seen from the RTL folder's parent, SPEC §1) is ``<x>`` in the list's folder."""
+    from rtl_gen.emit import filelist_entry
+    for cand in (filelist_entry(entry, base), base / entry, Path(entry)):
         if cand.exists():
             return cand.resolve()
     raise SynthError(f"{filelist}:{line_no}: {entry!r} not found (relative to {base} or {Path.cwd()})")

@@ -6,7 +6,8 @@ with the synchronous, active-high reset ``~rst_n`` (SPEC §1: active low; the te
 for 16 cycles), so no implicit ``clk``/``rst`` ports appear. Everything else is ``hw.sequencer.ChipCore``.
 
 ``write_roms(out_dir, build)`` writes every ``$readmemh`` file the build needs into ``<out>/roms/``:
-the LUT tables (``nano_k3.luts.write_roms``) and the micro-program (``hw.program``).
+the LUT tables (``nano_k3.luts.write_roms``) and the micro-program (``hw.program``). The RTL names
+them ``rtl/roms/<x>.hex`` (``hw.roms.ROM_DIR``): the tools run in the parent of ``<out>`` seen as ``rtl/``.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from amaranth.lib.wiring import In, Out
 from hw.mem_engine import SPEC_ADDR_WIDTH, SPEC_BEAT_BITS
 from hw.params import ChipParams, require_instance
 from hw.program import ROM_NAME
+from hw.roms import ROM_DIR, ROM_SUBDIR
 from hw.sequencer import ChipBuild, ChipCore, chip_build
 
 TOP_NAME = "msh_chip_top"
@@ -61,7 +63,7 @@ class ChipTop(wiring.Component):
 def write_roms(out_dir: Path | str, build: ChipBuild) -> list[Path]:
     """LUT tables and the micro-program as ``<out_dir>/roms/*.hex`` (SPEC §5: under rtl/roms/)."""
     from nano_k3.luts import write_roms as write_lut_roms
-    roms = Path(out_dir) / "roms"
+    roms = Path(out_dir) / ROM_SUBDIR
     paths = list(write_lut_roms(roms))
     paths.append(build.program.write_hex(roms / f"{ROM_NAME}.hex"))
     return paths
@@ -80,4 +82,4 @@ def chip_derived(chip: ChipParams) -> dict:
     b = chip_build(chip)
     return {"model": b.cfg.name, "ops": len(b.program.ops), "vrf_slots": b.program.n_slots,
             "slot_words": b.slot_words, "program_word_bits": b.program.word_bits,
-            "program": b.program.listing().splitlines(), "roms": "roms/"}
+            "program": b.program.listing().splitlines(), "rom_dir": ROM_DIR}

@@ -29,7 +29,7 @@ Micro-architecture (dh columns, column j = state column j; state SRAM word = one
 functions are ``hw.lut_unit`` components: L ``Sigmoid`` (beta, sigmoid(z) and the SiLU of the conv
 outputs, which multiplies x by it; lane k reads the sigmoid ROM through ``roms["sigmoid"][k]`` when the
 chip passes it, else owns one), one L-lane ``kda_decay`` ``LutEval`` (the lanes on the two read ports of
-one ROM), one ``Rsqrt`` (the 2H L2 norms and the H gated norms) and 2 + L ``ApplyMant`` (k_hat, q_hat and,
+one ROM: ``roms["kda_decay"]``, else its own), one ``Rsqrt`` (the 2H L2 norms and the H gated norms) and 2 + L ``ApplyMant`` (k_hat, q_hat and,
 per output lane, the gated norm's read / rms). Row-buffer, gate and history SRAM words hold L consecutive
 indices.
   ingest   element pipeline, one transfer a cycle (``i.ready`` = 1 until ``last``), per lane: conv window
@@ -77,6 +77,7 @@ from amaranth.lib.wiring import In, Out
 
 from hw.lut_unit import ApplyMant, LutEval, Rsqrt, Sigmoid, clamp, decay_table_input, delay, port_of, round_shift_const
 from hw.params import int_in, pow2_at_least, require_instance
+from hw.roms import ROM_DIR
 from nano_k3 import fxp_math
 from nano_k3.config import L2_EPS, RMS_EPS
 from nano_k3.fxp_ops import ALPHA, SQ_FRAC, UNIT, P, S, X
@@ -86,7 +87,6 @@ PARAM_BITS = 16                                   # every small parameter is an 
 TAP_FRAC = PARAM_FORMATS["q4_11"][0]              # conv taps, dtb
 A_FRAC = PARAM_FORMATS["uq8_8"][0]                # A
 W_FRAC = PARAM_FORMATS["norm"][0]                 # onorm.w, gain = 2^W_FRAC + w
-ROM_DIR = "roms"                                  # $readmemh folder, relative to the tool's working directory
 
 
 class Sel(enum.IntEnum):
@@ -230,7 +230,7 @@ class KdaEngine(wiring.Component):
 
     def __init__(self, params: KdaParams, *, rom_dir: str = ROM_DIR, roms=None):
         """``roms``: shared-ROM ports by table name (``hw.lut_unit.shared_rom``), else each LUT owns its ROM;
-        lane k's Sigmoid takes ``roms["sigmoid"][k]``."""
+        lane k's Sigmoid takes ``roms["sigmoid"][k]``, the decay table's lane k ``roms["kda_decay"][k]``."""
         require_instance(self, params, KdaParams)
         if S.frac < X.frac:
             self._MustUse__silence = True
@@ -317,8 +317,10 @@ class KdaEngine(wiring.Component):
         for k in range(L):
             m.submodules[f"sigmoid{k}"] = sig[k]
         # KdaDecay (its front end ``decay_table_input``) on L lanes of one LutEval: its lanes read the two
-        # ports of one kda_decay ROM
-        m.submodules.decay = dec = LutEval("kda_decay", lanes=L, rom_dir=self.rom_dir)
+        # ports of one kda_decay ROM (its own, or the one ``roms["kda_decay"]`` names)
+        dec_ports = tuple(port_of(self.roms, "kda_decay", k) for k in range(L))
+        m.submodules.decay = dec = LutEval("kda_decay", lanes=L, rom_dir=self.rom_dir,
+                                           port=dec_ports if all(dec_ports) else None)
         m.submodules.rsqrt = rsq = self.rsqrt
         m.submodules.apply_k = apk = self.apply_k
         m.submodules.apply_q = apq = self.apply_q

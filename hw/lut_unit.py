@@ -55,11 +55,11 @@ even / odd knot layout), ``INIT_FILE = "<rom_dir>/<table>_even.hex"`` and ``"<ro
 ports 2 are tied to address 0 and unused, unless the LutEval is given a ``RomPort`` instead:
 ``shared_rom`` puts the banks of a table into a parent module and hands out their two read ports, so
 two single-lane LUT units in different engines share one pair of macros (the function classes and
-the engines pass ``port`` / ``roms`` through). ``$readmemh`` resolves a relative path against the
-working directory of the simulator or synthesis tool: the default ``rom_dir="roms"`` works when the
-tool runs in the emitted RTL folder (``rtl/``, whose ``roms/`` holds the files
-``nano_k3.luts.write_roms`` writes; the cocotb tests emit into the simulator's build folder for this
-reason); pass an absolute ``rom_dir`` to run from anywhere.
+the engines pass ``port`` / ``roms`` through; a LutEval of ``lanes`` lanes takes a tuple of ``lanes`` ports).
+``$readmemh`` resolves a relative path against the working directory of the simulator or synthesis
+tool: the default ``rom_dir`` is ``hw.roms.ROM_DIR`` (``rtl/roms``, SPEC §5), which resolves when the tool
+runs in the parent of the emitted RTL folder seen as ``rtl/`` (the cocotb tests emit into
+``build/sim/<name>/rtl`` and run there; ``nano_k3.luts.write_roms`` writes the files into its ``roms/``).
 """
 from __future__ import annotations
 
@@ -70,6 +70,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.data import ArrayLayout, StructLayout
 from amaranth.lib.wiring import In, Out
 
+from hw.roms import ROM_DIR, init_file
 from nano_k3 import fxp_math, luts
 from nano_k3.fxp_ops import ALPHA, P, T, X
 
@@ -191,7 +192,7 @@ def shared_rom(m: Module, table: str, rom_dir: str, name: str) -> tuple[RomPort,
     for j, b in enumerate(banks):
         m.submodules[f"{name}_{b.kind}"] = Instance(
             "msh_rom", p_DEPTH=b.depth, p_WIDTH=b.width, p_ADDRW=b.addr_bits,
-            p_INIT_FILE=f"{rom_dir.rstrip('/')}/{b.file}",
+            p_INIT_FILE=init_file(b.file, rom_dir),
             i_raddr1=ports[0].addr[j], o_rdata1=ports[0].data[j], i_raddr2=ports[1].addr[j], o_rdata2=ports[1].data[j])
     return ports
 
@@ -205,11 +206,13 @@ def port_of(roms, table: str, k: int = 0) -> RomPort | None:
 
 class LutEval(FixedPipe):
     """``luts.tables()[name].lookup(idx, r)`` on ``lanes`` (1 or 2) lanes sharing one pair of msh_rom
-    banks, or on one lane reading through ``port`` (a ``RomPort`` of ``shared_rom``)."""
+    banks, or reading through ``port``: a ``RomPort`` of ``shared_rom`` (one lane) or a tuple of one
+    per lane."""
 
     LATENCY = 3
 
-    def __init__(self, name: str, *, lanes: int = 1, rom_dir: str = "roms", port: RomPort | None = None):
+    def __init__(self, name: str, *, lanes: int = 1, rom_dir: str = ROM_DIR,
+                 port: RomPort | tuple[RomPort, ...] | None = None):
         tables = luts.tables()
         if name not in tables:
             _reject(self, f"unknown LUT {name!r}; valid: {', '.join(sorted(tables))}")
@@ -217,10 +220,11 @@ class LutEval(FixedPipe):
             _reject(self, f"lanes must be 1 or 2 (msh_rom has two read ports), got {lanes!r}")
         if not isinstance(rom_dir, str) or not rom_dir:
             _reject(self, f"rom_dir must be a non-empty path string, got {rom_dir!r}")
-        if port is not None and (not isinstance(port, RomPort) or port.table != name or lanes != 1):
-            _reject(self, f"port must be a RomPort of table {name!r} on a one-lane LutEval, got {port!r} "
-                          f"with lanes={lanes}")
-        self.lut, self.lanes, self.rom_dir, self.port = tables[name], lanes, rom_dir, port
+        ports = (port,) if isinstance(port, RomPort) else port
+        if ports is not None and (not isinstance(ports, tuple) or len(ports) != lanes
+                                  or not all(isinstance(p, RomPort) and p.table == name for p in ports)):
+            _reject(self, f"port must be a RomPort of table {name!r} per lane ({lanes}), got {port!r}")
+        self.lut, self.lanes, self.rom_dir, self.ports = tables[name], lanes, rom_dir, ports
         t = self.lut
         lane = StructLayout({"idx": unsigned(t.index_bits), "r": unsigned(t.interp_bits)})
         super().__init__(ArrayLayout(lane, lanes), ArrayLayout(unsigned(t.base_bits), lanes))
@@ -228,8 +232,8 @@ class LutEval(FixedPipe):
     def elaborate(self, platform):
         m = Module()
         t, en = self.lut, self.en
-        if self.port is not None:
-            ports = (self.port,)
+        if self.ports is not None:
+            ports = self.ports
         else:
             ports = shared_rom(m, t.name, self.rom_dir, "rom")
             m.d.comb += [a.eq(0) for p in ports[self.lanes:] for a in p.addr]     # read port 2 unused
@@ -266,7 +270,7 @@ class Sigmoid(FixedPipe):
 
     LATENCY = 1 + LutEval.LATENCY + 1
 
-    def __init__(self, *, rom_dir: str = "roms", port: RomPort | None = None):
+    def __init__(self, *, rom_dir: str = ROM_DIR, port: RomPort | None = None):
         self.rom_dir, self.port = rom_dir, port
         t = luts.tables()["sigmoid"]
         if t.index_bits + t.interp_bits != (luts.SIGMOID_RANGE << X.frac).bit_length() - 1:
@@ -303,7 +307,7 @@ class Silu(FixedPipe):
 
     LATENCY = Sigmoid.LATENCY + 2
 
-    def __init__(self, *, rom_dir: str = "roms", port: RomPort | None = None):
+    def __init__(self, *, rom_dir: str = ROM_DIR, port: RomPort | None = None):
         self.rom_dir, self.port = rom_dir, port        # port: the sigmoid table's
         super().__init__(StructLayout({"x": signed(X.bits)}), StructLayout({"y": signed(X.bits)}))
 
@@ -326,7 +330,7 @@ class Exp2Neg(FixedPipe):
 
     LATENCY = 1 + LutEval.LATENCY + 1
 
-    def __init__(self, *, t_bits: int = T.bits, rom_dir: str = "roms", port: RomPort | None = None):
+    def __init__(self, *, t_bits: int = T.bits, rom_dir: str = ROM_DIR, port: RomPort | None = None):
         t = luts.tables()["exp2"]
         self.t_frac = t.index_bits + t.interp_bits
         if not isinstance(t_bits, int) or not self.t_frac < t_bits <= 64:
@@ -368,7 +372,7 @@ class KdaDecay(FixedPipe):
 
     LATENCY = 1 + LutEval.LATENCY
 
-    def __init__(self, *, rom_dir: str = "roms"):
+    def __init__(self, *, rom_dir: str = ROM_DIR):
         self.rom_dir = rom_dir
         t = luts.tables()["kda_decay"]
         lim = luts.DECAY_RANGE << X.frac
@@ -397,7 +401,7 @@ class _Normalised(FixedPipe):
     LATENCY = 2 + LutEval.LATENCY
     TABLE = ""
 
-    def __init__(self, *, m_bits: int = 56, frac_bits: int = 7, rom_dir: str = "roms", port: RomPort | None = None):
+    def __init__(self, *, m_bits: int = 56, frac_bits: int = 7, rom_dir: str = ROM_DIR, port: RomPort | None = None):
         if not isinstance(m_bits, int) or not 2 <= m_bits <= 64:
             _reject(self, f"m_bits must be an integer in 2..64, got {m_bits!r}")
         if not isinstance(frac_bits, int) or not 1 <= frac_bits <= 8:
@@ -526,7 +530,7 @@ class ApplyMant(FixedPipe):
         # u = prod · 2^left (exact); then a rounding right shift by sh: ((2u >> sh) + 1) >> 1
         u2 = Signal(signed(len(prod) + left + 1))
         m.d.comb += u2.eq(prod << (left + 1))
-        res = Signal(signed(len(u2) + 1))
+        res = Signal(signed(len(u2)))                          # (t + 1) >> 1 fits wherever t = u2 >> sh does
         m.d.comb += res.eq(((u2 >> sh) + 1) >> 1)
         lo, hi = self.out_range
         with m.If(en):
@@ -570,7 +574,7 @@ class LutUnit(wiring.Component):
     This is a test and characterisation block; engines instantiate the components above directly.
     """
 
-    def __init__(self, params: LutUnitParams = LutUnitParams(), *, rom_dir: str = "roms"):
+    def __init__(self, params: LutUnitParams = LutUnitParams(), *, rom_dir: str = ROM_DIR):
         if not isinstance(params, LutUnitParams):
             _reject(self, f"LutUnit needs a LutUnitParams, got {params!r}")
         p = self.params = params
@@ -642,4 +646,4 @@ def lut_unit_derived(chip_params) -> dict:
             for name, t in luts.tables().items()}
     return {"latency": max(lat.values()), "latencies": lat, "exp2_t_frac": exp2.index_bits + exp2.interp_bits,
             "apply_v_frac": p.apply_v_frac, "apply_out_frac": p.apply_out_frac,
-            "apply_e_range": list(p.apply_e_range), "rom_dir": "roms", "tables": tabs}
+            "apply_e_range": list(p.apply_e_range), "rom_dir": ROM_DIR, "tables": tabs}

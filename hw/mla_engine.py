@@ -73,6 +73,7 @@ from amaranth.lib.wiring import In, Out
 from nano_k3.fxp_ops import P, T, X
 
 from hw.params import require_instance
+from hw.roms import ROM_DIR
 from hw.lut_unit import ApplyMant, Exp2Neg, Recip, clamp, delay, port_of, round_shift_const, shared_rom
 from hw.mla_params import NUM_FRAC, MlaParams
 from hw.mla_params import PRESETS as MLA_PRESETS
@@ -123,7 +124,7 @@ def _adder_tree(m: Module, level: list, bits: int, name: str):
 class MlaEngine(wiring.Component):
     """MLA cache + attention (see the module docstring for ports, order and timing)."""
 
-    def __init__(self, params: MlaParams, *, rom_dir: str = "roms", roms=None):
+    def __init__(self, params: MlaParams, *, rom_dir: str = ROM_DIR, roms=None):
         """``roms``: shared-ROM ports by table name (``hw.lut_unit.shared_rom``; exp2 port k serves head k),
         else the engine owns its ROMs."""
         require_instance(self, params, MlaParams)

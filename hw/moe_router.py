@@ -41,6 +41,7 @@ from amaranth.lib.wiring import In, Out
 
 from hw.lut_unit import ApplyMant, Recip, Sigmoid, delay, port_of
 from hw.params import int_in, require_instance
+from hw.roms import ROM_DIR
 from nano_k3.fixed import Q4_11, ROUTER_SCALE_FRAC, ROUTER_SCALE_Q24
 from nano_k3.fxp_ops import RW, P, X
 
@@ -125,7 +126,7 @@ class MoeRouter(wiring.Component):
     KEY_LATENCY = Sigmoid.LATENCY + 1          # accepted element -> its key in the key register
     EMIT_LATENCY = 1 + ApplyMant.LATENCY       # issue of pair j -> o.valid (slot select, then ApplyMant)
 
-    def __init__(self, params: MoeRouterParams = MoeRouterParams(), *, rom_dir: str = "roms", roms=None):
+    def __init__(self, params: MoeRouterParams = MoeRouterParams(), *, rom_dir: str = ROM_DIR, roms=None):
         """``roms``: shared-ROM ports by table name (``hw.lut_unit.shared_rom``), else each LUT owns its ROM."""
         require_instance(self, params, MoeRouterParams)
         if params.bias_shift < 0:
@@ -277,4 +278,4 @@ def moe_router_derived(chip_params) -> dict:
             "sum_bits": p.sum_bits, "num_bits": p.num_bits, "bias_shift": p.bias_shift,
             "key_latency": MoeRouter.KEY_LATENCY, "recip_latency": Recip.LATENCY,
             "emit_latency": MoeRouter.EMIT_LATENCY, "latency_e8": MoeRouter.latency(8),
-            "rom_dir": "roms", "roms": ["sigmoid", "recip"]}
+            "rom_dir": ROM_DIR, "roms": ["sigmoid", "recip"]}

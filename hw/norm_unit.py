@@ -38,6 +38,7 @@ from amaranth.lib.wiring import In, Out
 
 from hw.lut_unit import ApplyMant, Rsqrt, clamp, delay, leading_one, port_of, round_shift_const
 from hw.params import pow2_at_least, require_instance
+from hw.roms import ROM_DIR
 from nano_k3 import fxp_math
 from nano_k3.config import L2_EPS, RMS_EPS
 from nano_k3.fxp_ops import SQ_FRAC, UNIT, X
@@ -60,7 +61,7 @@ class NormParams:
     v_frac: int = X.frac
     rms_eps: float = RMS_EPS
     l2_eps: float = L2_EPS
-    rom_dir: str = "roms"
+    rom_dir: str = ROM_DIR
     lanes: int = 1             # elements per transfer (K)
     l2: bool = True            # build the L2-norm datapath (NormOp.L2)
 

@@ -72,6 +72,7 @@ from amaranth.lib.data import ArrayLayout, StructLayout
 from amaranth.lib.wiring import In, Out
 
 from hw.params import require_instance
+from hw.roms import ROM_DIR
 from hw.lut_unit import ApplyMant, Exp2Neg, Recip, Rsqrt, clamp, delay, port_of, round_shift_const, signed_width
 from nano_k3 import fxp_math, luts
 from nano_k3.fixed import Q4_11
@@ -93,7 +94,7 @@ class ResMixerParams:
     max_d: int = 64            # largest vector length (a power of two)
     lanes: int = 1             # K: element indices per transfer and per cycle of every pass (a power of two)
     trace_e: bool = True       # add the ``e`` output stream (softmax weights, for traces)
-    rom_dir: str = "roms"      # where $readmemh finds the LUT hex files (see hw.lut_unit)
+    rom_dir: str = ROM_DIR      # where $readmemh finds the LUT hex files (see hw.lut_unit)
 
     def __post_init__(self) -> None:
         for name, lo, hi in (("max_cands", 1, 16), ("max_d", 2, 4096), ("lanes", 1, 2048)):

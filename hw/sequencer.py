@@ -51,6 +51,7 @@ from hw.norm_unit import NormOp, NormParams, NormUnit
 from hw.params import ChipParams, require_instance
 from hw.program import INTERLEAVED, LANES, MAX_SRCS, PRF_READERS, ROM_NAME, Opc, Program, fields, program_for
 from hw.res_mixer import ResMixer, ResMixerParams
+from hw.roms import ROM_DIR, init_file
 from hw.vector_unit import Elementwise
 from hw.vrf import Sram
 from nano_k3.config import PRESETS as MODEL_PRESETS
@@ -138,7 +139,7 @@ class ChipBuild:
     chip: ChipParams
     cfg: ModelConfig
     program: Program
-    rom_dir: str = "roms"
+    rom_dir: str = ROM_DIR
 
     @property
     def slot_words(self) -> int:
@@ -151,7 +152,7 @@ class ChipBuild:
         return _pow2(self.slot_words * LANES)
 
 
-def chip_build(chip: ChipParams, rom_dir: str = "roms") -> ChipBuild:
+def chip_build(chip: ChipParams, rom_dir: str = ROM_DIR) -> ChipBuild:
     if chip.name not in MODEL_PRESETS:
         raise ValueError(f"no model preset named {chip.name!r} for the chip build; known: {sorted(MODEL_PRESETS)}")
     cfg = MODEL_PRESETS[chip.name]
@@ -244,7 +245,7 @@ class ChipCore(wiring.Component):
         m.d.comb += rom_addr.eq(Mux(fetching, pc, pc + 1))
         m.submodules.program_rom = Instance(
             "msh_rom", p_DEPTH=prog.depth, p_WIDTH=rom_w, p_ADDRW=max(1, _log2(prog.depth)),
-            p_INIT_FILE=f"{b.rom_dir.rstrip('/')}/{ROM_NAME}.hex",
+            p_INIT_FILE=init_file(f"{ROM_NAME}.hex", b.rom_dir),
             i_raddr1=rom_addr, o_rdata1=rom_data, i_raddr2=Const(0, max(1, _log2(prog.depth))),
             o_rdata2=Signal(rom_w, name="program_rom_unused"))
         op = Signal(op_layout)

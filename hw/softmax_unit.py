@@ -23,6 +23,7 @@ from amaranth.lib.wiring import In, Out
 
 from hw.lut_unit import Exp2Neg, clamp, delay, round_shift_const
 from hw.params import pow2_at_least, require_instance
+from hw.roms import ROM_DIR
 from nano_k3 import fxp_math
 from nano_k3.fxp_ops import P, T, X
 
@@ -33,7 +34,7 @@ class SoftmaxParams:
     s_bits: int = X.bits
     s_frac: int = X.frac
     c: int = fxp_math.LOG2E_Q24
-    rom_dir: str = "roms"
+    rom_dir: str = ROM_DIR
 
     def __post_init__(self) -> None:
         pow2_at_least("max_len", self.max_len, 2)

@@ -30,6 +30,7 @@ from amaranth.lib.data import ArrayLayout, StructLayout
 from amaranth.lib.wiring import In, Out
 
 from hw.params import require_instance
+from hw.roms import ROM_DIR
 from hw.lut_unit import FixedPipe, Silu, Streamed, clamp, delay, port_of, round_shift_const
 from hw.norm_unit import NormParams, NormUnit
 from hw.softmax_unit import SoftmaxExp, SoftmaxParams
@@ -47,7 +48,7 @@ class Elementwise(FixedPipe):
 
     LATENCY = Silu.LATENCY + 2
 
-    def __init__(self, *, lanes: int = 1, rom_dir: str = "roms", roms=None):
+    def __init__(self, *, lanes: int = 1, rom_dir: str = ROM_DIR, roms=None):
         """``roms``: shared-ROM ports by table name (``hw.lut_unit.shared_rom``; lane k's SiLU takes the
         k-th sigmoid port), else each SiLU owns its ROM."""
         if lanes not in (1, 2, 4):
@@ -86,7 +87,7 @@ class Elementwise(FixedPipe):
 class VectorParams:
     norm: NormParams = field(default_factory=NormParams)
     softmax: SoftmaxParams = field(default_factory=SoftmaxParams)
-    rom_dir: str = "roms"
+    rom_dir: str = ROM_DIR
     ew_lanes: int = 1              # Elementwise lanes
 
     def __post_init__(self) -> None:

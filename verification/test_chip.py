@@ -79,31 +79,23 @@ class ChipSimResult:
     n_failed: int
 
 
-def _copy_roms(rom_dir: Path | None, build_dir: Path) -> None:
-    """ROM hex files where a relative INIT_FILE resolves from the simulator's working directory
-    (``roms/<x>.hex`` or ``rtl/roms/<x>.hex``, SPEC §5)."""
-    if rom_dir is None:
-        return
-    if not rom_dir.is_dir():
-        raise FileNotFoundError(f"ROM folder {rom_dir} not found (python -m nano_k3.luts -o {rom_dir})")
-    for dst in (build_dir / "roms", build_dir / "rtl" / "roms"):
-        dst.mkdir(parents=True, exist_ok=True)
-        for f in rom_dir.glob("*.hex"):
-            shutil.copy2(f, dst / f.name)
-
-
 def run_chip_sim(name: str, sources: Sequence[Path], toplevel: str, runs: Sequence[RunSpec], *,
-                 rand_reset: bool = False, rom_dir: Path | None = None, defines: Mapping[str, object] = {},
-                 parameters: Mapping[str, object] = {}, plusargs: Sequence[str] = ()) -> ChipSimResult:
-    """Build ``sources`` into build/sim/<name> and run ``runs`` (one cocotb test each), normally or
-    with every flop starting random (``rand_reset``). Never raises for failing checks: the reports say."""
-    from verification.runner import SIM_ROOT, SimFailure, run_cocotb
+                 rand_reset: bool = False, rtl_dir: Path | None = None, defines: Mapping[str, object] = {},
+                 parameters: Mapping[str, object] = {}, plusargs: Sequence[str] = (),
+                 build_dir: Path | None = None, build_args: Sequence[str] = (), build: bool = True) -> ChipSimResult:
+    """Build ``sources`` into ``build_dir`` (default build/sim/<name>) and run ``runs`` (one cocotb test
+    each) there, normally or with every flop starting random (``rand_reset``). ``rtl_dir``: the emitted RTL
+    folder, linked as ``rtl`` beside the simulator (its ROM files, SPEC §5); ``build_args`` go to Verilator
+    after ``BUILD_ARGS``; ``build=False`` runs the binary built before. Never raises for failing checks:
+    the reports say."""
+    from verification.runner import SIM_ROOT, SimFailure, link_rtl, run_cocotb
 
-    build_dir = SIM_ROOT / name
+    build_dir = Path(build_dir) if build_dir is not None else SIM_ROOT / name
     out = build_dir / "reports"
     shutil.rmtree(out, ignore_errors=True)          # never read a stale report
     build_dir.mkdir(parents=True, exist_ok=True)
-    _copy_roms(rom_dir, build_dir)
+    if rtl_dir is not None:
+        link_rtl(rtl_dir, build_dir)
     names = [r.name for r in runs]
     if len(set(names)) != len(names):
         raise ValueError(f"run names must be unique within one simulation, got {names}")
@@ -113,9 +105,10 @@ def run_chip_sim(name: str, sources: Sequence[Path], toplevel: str, runs: Sequen
         save_reference(reference(run), reference_path(refs, run))
     try:
         res = run_cocotb(name, sources, toplevel, "verification.test_chip", defines=defines, parameters=parameters,
-                         build_args=BUILD_ARGS, plusargs=[*plusargs, *(RAND_RESET_PLUSARGS if rand_reset else ())],
+                         build_args=[*BUILD_ARGS, *build_args],
+                         plusargs=[*plusargs, *(RAND_RESET_PLUSARGS if rand_reset else ())],
                          extra_env={RUNS_ENV: runs_to_env(list(runs)), OUT_ENV: str(out), REFS_ENV: str(refs)},
-                         check=False)
+                         check=False, build_dir=build_dir, build=build)
     except SimFailure as e:                         # only raised with check=True; kept for clarity
         res = e.result
     reports, outputs = {}, {}
@@ -225,7 +218,7 @@ def test_chip_nano_short():
     rtl = emit("chip", REPO / "build" / "rtl" / "chip", preset("nano"))
     sources = chip_sources(read_filelist(rtl.filelist))
     res = run_chip_sim("chip-nano-short", sources, rtl.top, [RunSpec(seq_len=16, profile="short")],
-                       rom_dir=rtl.verilog.parent / "roms" if (rtl.verilog.parent / "roms").is_dir() else None)
+                       rtl_dir=rtl.verilog.parent)
     assert res.passed, {n: _failed(r) for n, r in res.reports.items()} or f"no reports; see {res.log}"
 
 

@@ -221,11 +221,11 @@ def test_chip_rejects_malformed_images():
     import shutil
     from hw.params import preset as chip_preset
     from rtl_gen import emit, read_filelist
-    from verification.runner import REPO, SIM_ROOT, run_cocotb
-    from verification.test_chip import BUILD_ARGS, _copy_roms, chip_sources
+    from verification.runner import REPO, SIM_ROOT, link_rtl, run_cocotb
+    from verification.test_chip import BUILD_ARGS, chip_sources
     name = "chip-errors-tiny"
     rtl = emit("chip", REPO / "build" / "rtl" / name, chip_preset(CFG.name))
-    _copy_roms(rtl.verilog.parent / "roms", SIM_ROOT / name)
+    link_rtl(rtl.verilog.parent, SIM_ROOT / name)
     out = SIM_ROOT / name / "reports"
     shutil.rmtree(out, ignore_errors=True)             # never read a stale report
     res = run_cocotb(name, chip_sources(read_filelist(rtl.filelist)), rtl.top, "verification.test_chip_errors",

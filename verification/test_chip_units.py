@@ -148,12 +148,12 @@ def run_chip_trace(config: str = "tiny", seq_len: int = 3, profile: str = "short
     from rtl_gen import emit, read_filelist
     from verification.chip_tb import RunSpec
     from verification.runner import REPO, run_cocotb
-    from verification.test_chip import BUILD_ARGS, _copy_roms, chip_sources
+    from verification.test_chip import BUILD_ARGS, chip_sources
     rtl = emit("chip", REPO / "build" / "rtl" / f"chip-{config}", chip_preset(config))
     run = RunSpec(seq_len=seq_len, profile=profile, config=config, group=group, seed=seed)
-    from verification.runner import SIM_ROOT
+    from verification.runner import SIM_ROOT, link_rtl
     name = f"chip-trace-{config}"
-    _copy_roms(rtl.verilog.parent / "roms", SIM_ROOT / name)
+    link_rtl(rtl.verilog.parent, SIM_ROOT / name)
     return run_cocotb(name, chip_sources(read_filelist(rtl.filelist)), rtl.top, "verification.test_chip_units",
                       testcase="chip_trace", build_args=BUILD_ARGS, extra_env={TRACE_ENV: json.dumps(run.to_dict())},
                       check=False)

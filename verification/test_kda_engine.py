@@ -450,6 +450,7 @@ def test_kda_engine(build):
 
     from hw.kda_engine import kda_engine_block, kda_engine_derived, kda_params_for
     from hw.params import preset
+    from hw.roms import ROM_SUBDIR, RTL_DIR
     from nano_k3.luts import write_roms
     from rtl_gen import BLOCKS, emit, read_filelist
     from verification.runner import MODELS, SIM_ROOT, lint, run_cocotb
@@ -461,9 +462,8 @@ def test_kda_engine(build):
     extra = {name: replace(BLOCKS["kda_engine"], build=partial(kda_engine_block, params=kp),
                            derived=partial(kda_engine_derived, params=kp))}
     with mock.patch.dict(BLOCKS, extra):
-        out = emit(name, SIM_ROOT / name / "rtl", chip)
-    write_roms(out.verilog.parent / "roms")           # rtl/roms (SPEC §5)
-    write_roms(SIM_ROOT / name / "roms")              # the simulator's working directory resolves roms/<t>.hex
+        out = emit(name, SIM_ROOT / name / RTL_DIR, chip)
+    write_roms(out.verilog.parent / ROM_SUBDIR)       # rtl/roms (SPEC §5), seen from the simulator's folder
     sources = [*read_filelist(out.filelist), MODELS / "msh_sram.v", MODELS / "msh_rom.v"]
     lint_result = lint(sources, out.top)
     assert lint_result.errors == 0, lint_result.output

@@ -4,8 +4,9 @@ Every result is compared bit for bit with the fixed-point model's functions (nan
 sigmoid, silu, exp2_neg, kda_decay, rsqrt, recip, apply_mant; called here, never re-implemented),
 under random input idle cycles and random output back-pressure. Payload layouts come from the
 ``config.json`` rtl_gen wrote beside the Verilog; the msh_rom banks are the hex files
-``nano_k3.luts.write_roms`` writes into ``<emitted dir>/roms`` (the simulator's working directory,
-so the default INIT_FILEs ``roms/<table>_even.hex`` and ``roms/<table>_odd.hex`` resolve).
+``nano_k3.luts.write_roms`` writes into ``<emitted dir>/roms``, the emitted dir being ``rtl/`` in the
+simulator's working directory, so the default INIT_FILEs ``rtl/roms/<table>_even.hex`` and
+``rtl/roms/<table>_odd.hex`` resolve (SPEC §5).
 
 Environment read by the cocotb side: NANO_K3_RTL_CONFIG (config.json, required), NANO_K3_LUT_CASES
 (random beats per test, default 1200), NANO_K3_SEED (default 20241130).
@@ -203,12 +204,13 @@ async def lut_throughput(dut):
 
 # ---- pytest runner --------------------------------------------------------------------------------------
 def emit_with_roms(block_name: str, sim_name: str):
-    """Emit a block into the simulator's working directory and write the LUT ROM files under roms/."""
+    """Emit a block as ``rtl/`` in the simulator's working directory, the LUT ROM files in its roms/."""
     from hw.params import preset
+    from hw.roms import ROM_SUBDIR, RTL_DIR
     from rtl_gen import emit, read_filelist
     from verification.runner import MODELS, SIM_ROOT
-    out = emit(block_name, SIM_ROOT / sim_name, preset("nano"))
-    luts.write_roms(SIM_ROOT / sim_name / "roms")
+    out = emit(block_name, SIM_ROOT / sim_name / RTL_DIR, preset("nano"))
+    luts.write_roms(out.verilog.parent / ROM_SUBDIR)
     return out, [*read_filelist(out.filelist), MODELS / "msh_rom.v", MODELS / "msh_sram.v"]
 
 

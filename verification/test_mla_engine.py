@@ -262,10 +262,11 @@ def _emit(sim_name: str, chip: str = "nano"):
     from hw.params import preset
     from nano_k3 import luts
     from rtl_gen.emit import emit, read_filelist
+    from hw.roms import ROM_SUBDIR, RTL_DIR
     from verification.runner import MODELS, SIM_ROOT
-    # emitted into the simulator's working folder: the ROMs' "roms/<table>.hex" resolves there
-    out = emit("mla_engine", SIM_ROOT / sim_name, preset(chip))
-    luts.write_roms(SIM_ROOT / sim_name / "roms")
+    # emitted as rtl/ in the simulator's working folder: the ROMs' "rtl/roms/<table>.hex" resolves there
+    out = emit("mla_engine", SIM_ROOT / sim_name / RTL_DIR, preset(chip))
+    luts.write_roms(out.verilog.parent / ROM_SUBDIR)
     return out, [*read_filelist(out.filelist), MODELS / "msh_rom.v", MODELS / "msh_sram.v"]
 
 

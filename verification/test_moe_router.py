@@ -4,8 +4,8 @@ Every case is compared with the fixed-point model, called here and never re-impl
 ``nano_k3.fixed.router_scores`` (sigmoid), ``router_select`` (biased, stable top-k) and
 ``router_weights`` (renormalised × 2.828 in RW). The RTL must return the same experts in the same
 order with the same weights, bit for bit, under random idle cycles on ``i`` and random back-pressure
-on ``o``. The pytest runner at the bottom emits the Verilog with rtl_gen into the simulator's working
-folder, writes the LUT ROMs under ``roms/`` beside it, lints it and runs the cocotb tests.
+on ``o``. The pytest runner at the bottom emits the Verilog with rtl_gen as ``rtl/`` in the simulator's
+working folder, writes the LUT ROMs into its ``roms/``, lints it and runs the cocotb tests.
 
 Environment read by the cocotb side: NANO_K3_RTL_CONFIG (config.json from rtl_gen, required),
 NANO_K3_ROUTER_CASES (random cases, default 2000), NANO_K3_SEED (default 20240917).
@@ -266,13 +266,14 @@ HIERARCHY_RULES = {"Warning-DECLFILENAME"}
 
 
 def _emit(sim_name: str):
-    """Emit into the simulator's working folder, LUT ROMs under roms/ (the default INIT_FILE path)."""
+    """Emit as rtl/ in the simulator's working folder, LUT ROMs in its roms/ (the default INIT_FILE path)."""
     from hw.params import preset
+    from hw.roms import ROM_SUBDIR, RTL_DIR
     from nano_k3 import luts
     from rtl_gen import emit, read_filelist
     from verification.runner import MODELS, SIM_ROOT
-    out = emit("moe_router", SIM_ROOT / sim_name, preset("nano"))
-    luts.write_roms(SIM_ROOT / sim_name / "roms")
+    out = emit("moe_router", SIM_ROOT / sim_name / RTL_DIR, preset("nano"))
+    luts.write_roms(out.verilog.parent / ROM_SUBDIR)
     return out, [*read_filelist(out.filelist), MODELS / "msh_rom.v"]
 
 

@@ -341,6 +341,7 @@ def test_res_mixer_verilator(lanes):
 
     from hw.params import preset
     from hw.res_mixer import BLOCK_PARAMS, res_mixer_block, res_mixer_derived
+    from hw.roms import ROM_SUBDIR, RTL_DIR
     from nano_k3.luts import write_roms
     from rtl_gen import BLOCKS, emit, read_filelist
     from verification.runner import MODELS, SIM_ROOT, lint, run_cocotb
@@ -350,12 +351,12 @@ def test_res_mixer_verilator(lanes):
         name, params = f"res_mixer_k{lanes}", replace(BLOCK_PARAMS, lanes=lanes)
         extra = {name: replace(BLOCKS["res_mixer"], build=partial(res_mixer_block, params=params),
                                derived=partial(res_mixer_derived, params=params))}
-    # emit into the simulator's working folder: msh_rom's INIT_FILE "roms/<table>.hex" resolves there
+    # emit as rtl/ in the simulator's working folder: msh_rom's INIT_FILE "rtl/roms/<table>.hex" resolves there
     with mock.patch.dict(BLOCKS, extra):
-        out = emit(name, SIM_ROOT / name, preset("nano"))
+        out = emit(name, SIM_ROOT / name / RTL_DIR, preset("nano"))
     cfg = json.loads(out.config.read_text())
     assert cfg["derived"]["lanes"] == lanes and cfg["top"] == "res_mixer", cfg["derived"]
-    write_roms(out.verilog.parent / "roms")
+    write_roms(out.verilog.parent / ROM_SUBDIR)
     sources = [*read_filelist(out.filelist), MODELS / "msh_sram.v", MODELS / "msh_rom.v"]
     lint_result = lint(sources, out.top)
     assert lint_result.errors == 0, lint_result.output
