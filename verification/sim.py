@@ -73,7 +73,7 @@ def run(rtl: Path, out: Path, seed: int) -> dict:
         "schema": 1, "block": block, "top": cfg["top"], "params_hash": cfg.get("params_hash"),
         "verdict": "pass" if passed else "fail",
         "tests": result.n_tests, "failed": result.n_failed, "details": tests,
-        "lint": {"errors": lint_result.errors, "warnings": lint_result.warnings, "waived": list(lint_result.waived)},
+        "lint": {"errors": lint_result.errors, "warnings": lint_result.warnings, "by_rule": lint_result.by_rule},
         "seed": seed, "runtime_s": round(time.monotonic() - t0, 1), "log": str(result.log),
         "command": f"python -m verification.sim --rtl {rtl} --out {out}",
     }
