@@ -20,8 +20,9 @@ from amaranth.lib.wiring import In, Out
 from hw.mem_engine import SPEC_ADDR_WIDTH, SPEC_BEAT_BITS
 from hw.params import ChipParams, require_instance
 from hw.program import ROM_NAME
-from hw.roms import ROM_DIR, ROM_SUBDIR
-from hw.sequencer import ChipBuild, ChipCore, chip_build
+from hw.rom_check import RomCheck
+from hw.roms import ROM_SUBDIR, init_file
+from hw.sequencer import STATUS_BAD_ROM, ChipBuild, ChipCore, chip_build
 
 TOP_NAME = "msh_chip_top"
 
@@ -80,6 +81,13 @@ def chip_files(chip: ChipParams, out_dir: Path) -> list[Path]:
 
 def chip_derived(chip: ChipParams) -> dict:
     b = chip_build(chip)
+    images = b.rom_images
+    bits = max(i.width for i in images)
     return {"model": b.cfg.name, "ops": len(b.program.ops), "vrf_slots": b.program.n_slots,
             "slot_words": b.slot_words, "program_word_bits": b.program.word_bits,
-            "program": b.program.listing().splitlines(), "rom_dir": ROM_DIR}
+            "program": b.program.listing().splitlines(), "rom_dir": b.rom_dir,
+            # every msh_rom in the ROM check's order: a mismatch of ROM k ends the run with STATUS_BAD_ROM | k
+            "roms": [{"name": i.name, "init_file": init_file(i.file, b.rom_dir), "depth": i.depth, "width": i.width,
+                      "checksum": f"{i.checksum(bits):#x}"} for i in images],
+            "rom_check": {"checksum_bits": bits, "cycles": RomCheck.cycles(images),
+                          "status_bad_rom": f"{STATUS_BAD_ROM:#010x}"}}

@@ -70,7 +70,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.data import ArrayLayout, StructLayout
 from amaranth.lib.wiring import In, Out
 
-from hw.roms import ROM_DIR, init_file
+from hw.roms import ROM_DIR, RomImage, init_file
 from nano_k3 import fxp_math, luts
 from nano_k3.fxp_ops import ALPHA, P, T, X
 
@@ -195,6 +195,12 @@ def shared_rom(m: Module, table: str, rom_dir: str, name: str) -> tuple[RomPort,
             p_INIT_FILE=init_file(b.file, rom_dir),
             i_raddr1=ports[0].addr[j], o_rdata1=ports[0].data[j], i_raddr2=ports[1].addr[j], o_rdata2=ports[1].data[j])
     return ports
+
+
+def rom_images(table: str, name: str) -> tuple[RomImage, RomImage]:
+    """The banks ``shared_rom(m, table, rom_dir, name)`` instantiates, as ``hw.roms.RomImage`` (the ROM check)."""
+    return tuple(RomImage(f"{name}_{b.kind}", b.file, b.depth, b.width, tuple(int(w) for w in b.words))
+                 for b in luts.tables()[table].banks)
 
 
 def port_of(roms, table: str, k: int = 0) -> RomPort | None:

@@ -40,7 +40,9 @@ fitting, checks them (other group → other issue cycles, longer MLA cache).
 
 Load phase: header (256 B), descriptor table, tensor block and token ids, each one read request
 stream through the 16 B port at one beat a cycle plus the read latency (SPEC §3: base + jitter, in
-order). Per position: 128 logits write beats (inside the head op) and one argmax word (END).
+order). Beside it runs the ROM check (``hw.rom_check.RomCheck``: a cycle per word of every ROM, from
+RUN); the first position waits for it, so a load phase shorter than the check (the tiny chip's) lasts
+as long as the check (the wait is charged to ``load.embedding``, the last region the monitor saw). Per position: 128 logits write beats (inside the head op) and one argmax word (END).
 """
 from __future__ import annotations
 
@@ -54,7 +56,8 @@ from hw.mla_params import MlaParams
 from hw.moe_router import MoeRouter
 from hw.norm_unit import NormUnit
 from hw.program import LANES, PRF_READERS, Op, Opc, program_for
-from hw.sequencer import MV_QUEUE
+from hw.rom_check import RomCheck
+from hw.sequencer import MV_QUEUE, chip_build
 from hw.res_mixer import ResMixer
 from hw.vector_unit import Elementwise
 from nano_k3.config import ModelConfig, preset
@@ -132,6 +135,8 @@ class SeqOverheads:
     mla_last: int = 4            # the last MLA segment beyond the engine's attention cycles
     end: int = 2                 # END: DISPATCH, the argmax word's write handshake
     load_step: int = 3           # per load request: REQ state + CHECK/next-state transitions
+    rom_check: int = 0           # load cycles beyond RomCheck.cycles when the check is the longer (measured,
+                                 # tiny-g64-s16-long: 4,488 load cycles = RomCheck.cycles)
     finish: int = 4              # STATUS write, DRAIN, RSP after the last position
 
 
@@ -205,6 +210,12 @@ class PerfModel:
     @functools.cached_property
     def op_phases(self) -> list[str]:
         return op_phase(list(self.ops))
+
+    @functools.cached_property
+    def rom_check(self) -> int:
+        """Cycles from RUN to the ROM check's ``done`` (``RomCheck.cycles`` of the build's ROMs)."""
+        from hw.params import preset as chip_preset
+        return RomCheck.cycles(chip_build(chip_preset(self.cfg.name)).rom_images)
 
     # --- engine formulas ------------------------------------------------------------------------
     def scale_steps(self, fan_out: int) -> int:
@@ -372,6 +383,7 @@ class PerfModel:
         out = {k: b + lat + self.seq.load_step for k, b in beats.items()}
         out["tokens"] += self.seq.emb_first
         out["embedding"] = self.seq.emb_row * seq_len + lat + self.seq.emb_rows
+        out["embedding"] += max(0, self.rom_check + self.seq.rom_check - sum(out.values()))
         return out
 
     def phases(self, seq_len: int) -> dict[str, int]:

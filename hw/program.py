@@ -42,6 +42,7 @@ from nano_k3.fixed import mix_plan
 from nano_k3.tensors import record_names
 
 from .kda_engine import Sel as KdaSel      # the engines' own operand codes, used in the program words
+from .roms import RomImage
 from .vector_unit import EwOp as EwKind
 
 LANES = 16                    # X elements per VRF word (= MLA engine lanes = MAC out_lanes)
@@ -396,12 +397,19 @@ class Program:
     def words(self) -> list[int]:
         return [encode(op, self.cfg, self.n_slots) for op in self.ops]
 
+    def rom_words(self) -> list[int]:
+        """The ROM image: every op's word, then zeros up to ``depth``."""
+        return self.words() + [0] * (self.depth - len(self.ops))
+
+    def rom_image(self) -> RomImage:
+        """The program ROM as ``hw.roms.RomImage`` (instance ``program_rom``, checked in the load phase)."""
+        return RomImage("program_rom", f"{ROM_NAME}.hex", self.depth, self.word_bits, tuple(self.rom_words()))
+
     def write_hex(self, path: Path | str) -> Path:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         digits = self.word_bits // 4
-        words = self.words() + [0] * (self.depth - len(self.ops))
-        path.write_text("".join(f"{w:0{digits}x}\n" for w in words))
+        path.write_text("".join(f"{w:0{digits}x}\n" for w in self.rom_words()))
         return path
 
     def listing(self) -> str:

@@ -20,13 +20,22 @@ Block diagram (everything below ``ChipCore``; hw/chip_top.py only renames ports 
       fills PRF a/b (PLD). The embedding table stays in memory: the load phase reads only the rows of
       the run's tokens (three reads a position), which costs ~5 cycles a position instead of the table's
       1,120 beats and 143,360 bits of store.
-      LUT ROMs (``shared_roms``): one msh_rom serves two LUT units of its table, a read port each.
+      LUT ROMs (``shared_roms``): one msh_rom serves two LUT units of its table, a read port each;
+      ROM check (``hw.rom_check``): reads every msh_rom through its port 2 during the load phase.
 
 The build serves exactly one model configuration (the micro-program is generated for it): the
 header's dimensions, layer bitmap, record count and logits stride must equal the build's; the group
 size (64/128), seq_len (1..max_seq) and every address are read at run time. A header that fails
 any check ends the run with status ``0xBAD000xx`` (xx = the first failing check, ``HDR_CHECKS``)
 written to the status address if that address is plausible, then DONE.
+
+The chip trusts its ROMs only once it has checked them: during the load phase ``hw.rom_check.RomCheck``
+reads every word of every msh_rom (the LUT banks, then the micro-program) through read port 2 and
+compares each ROM's checksum with the one the generator computed from the table. A mismatch (a ROM file
+missing, so all zeros, or corrupt) ends the run, once the load phase is over, with status
+``STATUS_BAD_ROM | k`` = ``0xBAD00080 + k`` (k = the index of the first failing ROM in the check order,
+``config.json`` ``derived.roms``), then DONE; no position runs. The check runs beside the load phase's
+reads (it starts when RUN is accepted), so it costs cycles only where the load phase is shorter.
 """
 from __future__ import annotations
 
@@ -40,7 +49,7 @@ from amaranth.lib.wiring import In, Out
 
 from hw.chip_glue import Combine, ElemFeeder, WordFeeder
 from hw.kda_engine import KdaEngine, KdaParams
-from hw.lut_unit import RomPort, Streamed, clamp, shared_rom
+from hw.lut_unit import RomPort, Streamed, clamp, rom_images, shared_rom
 from hw.mac_array import EMB_RECORDS, MacArray, emb_table_bytes, mac_array_params_for
 from hw.mac_input import MacInput
 from hw.mem_engine import MemEngine, MemPortSignature
@@ -51,7 +60,8 @@ from hw.norm_unit import NormOp, NormParams, NormUnit
 from hw.params import ChipParams, require_instance
 from hw.program import INTERLEAVED, LANES, MAX_SRCS, PRF_READERS, ROM_NAME, Opc, Program, fields, program_for
 from hw.res_mixer import ResMixer, ResMixerParams
-from hw.roms import ROM_DIR, init_file
+from hw.rom_check import RomCheck
+from hw.roms import ROM_DIR, RomImage, init_file
 from hw.vector_unit import Elementwise
 from hw.vrf import Sram
 from nano_k3.config import PRESETS as MODEL_PRESETS
@@ -68,7 +78,7 @@ RSP_DONE = 0x0000D0DE
 # or MLA engine's last op lasts until its outputs are collected). A unit's ports are in the order listed
 # (the element-wise unit's SiLU lane k takes its k-th sigmoid port, MLA head k its k-th exp2 port).
 SHARED_ROMS = (("sigmoid", "kda", "ew"), ("sigmoid", ("router", "kda"), "ew"), ("rsqrt", ("norm", "kda"), "mixer"),
-               ("recip", ("router", "mla"), "mixer"), ("exp2", "mla", ("mixer", "mla")))
+               ("recip", ("router", "mla"), "mixer"), ("exp2", "mla", ("mixer", "mla")), ("kda_decay", "kda", "kda"))
 TURNS = {"router": Opc.ROUTE, "ew": Opc.EW, "norm": Opc.RMS, "mixer": Opc.MIX}
 
 
@@ -84,6 +94,7 @@ MV_QUEUE = 4               # matvecs issued and not yet written back (the MAC ar
 CMD_RUN = 0x00000001
 STATUS_BAD = 0xBAD00000
 ADDR_BITS = 36
+STATUS_BAD_ROM = STATUS_BAD | 0x80        # | the failing ROM's index: a ROM's checksum did not match
 # Header checks in order; the status word of a rejected header is STATUS_BAD | (index + 1).
 HDR_CHECKS = ("magic", "version", "dims", "group", "seq_len", "positions", "align", "order", "tensor_size",
               "descriptors")
@@ -151,6 +162,17 @@ class ChipBuild:
     def max_n(self) -> int:
         return _pow2(self.slot_words * LANES)
 
+    @property
+    def rom_images(self) -> list[RomImage]:
+        """Every msh_rom of the chip in the ROM check's order: the LUT banks of ``shared_roms``, the program."""
+        luts = [img for k, (table, *_) in enumerate(shared_roms(self.chip)) for img in rom_images(table, _lut_rom(table, k))]
+        return luts + [self.program.rom_image()]
+
+
+def _lut_rom(table: str, k: int) -> str:
+    """Instance name of the k-th shared LUT ROM (its banks are ``<name>_even`` / ``<name>_odd``)."""
+    return f"{table}{k}_rom"
+
 
 def chip_build(chip: ChipParams, rom_dir: str = ROM_DIR) -> ChipBuild:
     if chip.name not in MODEL_PRESETS:
@@ -187,11 +209,17 @@ class ChipCore(wiring.Component):
         wiring.connect(m, mem.mem, wiring.flipped(self.mem))
         mac = m.submodules.mac = MacArray(mp)
         minp = m.submodules.mac_input = MacInput(mac.act.payload.shape(), lanes=L, max_n=max_n)
-        # LUT ROMs shared by engines that use the same table (a read port each, or one port in turns)
+        # LUT ROMs shared by engines that use the same table (a read port each, or one port in turns). Read
+        # port 2 of every ROM is the ROM checker's while it runs (load phase, ``hw.rom_check``).
         roms: dict = {}                       # engine -> {table: (its ports, in SHARED_ROMS order)}
         turn = {u: Signal(name=f"{u}_turn") for u in TURNS}     # its op runs: the unit's turn on a shared port
+        checked: list = []                    # (address, read data) of the port each ROM lends the checker
+        check_turn = Signal()
         for k, (table, *units) in enumerate(shared_roms(chip)):
-            for unit, port in zip(units, shared_rom(m, table, b.rom_dir, f"{table}{k}_rom")):
+            p1, p2 = shared_rom(m, table, b.rom_dir, _lut_rom(table, k))
+            chk, p2 = _time_shared(m, p2, [check_turn])
+            checked += zip(chk.addr, chk.data)
+            for unit, port in zip(units, (p1, p2)):
                 for u, p in (zip(unit, _time_shared(m, port, [turn[x] for x in unit[:-1]])) if isinstance(unit, tuple)
                              else [(unit, port)]):
                     roms.setdefault(u, {}).setdefault(table, ())
@@ -243,11 +271,16 @@ class ChipCore(wiring.Component):
         rom_addr = Signal.like(pc)            # the ROM reads pc in FETCH, else the next op (asynchronous read)
         fetching = Signal()
         m.d.comb += rom_addr.eq(Mux(fetching, pc, pc + 1))
+        prog_chk = Signal(max(1, _log2(prog.depth)), name="program_rom_chk_addr"), Signal(rom_w, name="program_rom_chk")
         m.submodules.program_rom = Instance(
             "msh_rom", p_DEPTH=prog.depth, p_WIDTH=rom_w, p_ADDRW=max(1, _log2(prog.depth)),
             p_INIT_FILE=init_file(f"{ROM_NAME}.hex", b.rom_dir),
-            i_raddr1=rom_addr, o_rdata1=rom_data, i_raddr2=Const(0, max(1, _log2(prog.depth))),
-            o_rdata2=Signal(rom_w, name="program_rom_unused"))
+            i_raddr1=rom_addr, o_rdata1=rom_data, i_raddr2=prog_chk[0], o_rdata2=prog_chk[1])
+        checked.append(prog_chk)
+        rom_check = m.submodules.rom_check = RomCheck(b.rom_images)       # in the order of ``checked``
+        for j, (addr, data) in enumerate(checked):
+            m.d.comb += [addr.eq(rom_check.addr[:len(addr)]), rom_check.data[j].eq(data)]
+        m.d.comb += check_turn.eq(rom_check.busy)
         op = Signal(op_layout)
 
         # ---- header registers and checks ------------------------------------------------------------
@@ -618,6 +651,7 @@ class ChipCore(wiring.Component):
             with m.State("IDLE"):
                 m.d.comb += self.cmd.ready.eq(1)
                 with m.If(self.cmd.valid & (self.cmd.payload == CMD_RUN)):
+                    m.d.comb += rom_check.start.eq(1)          # the ROM check runs beside the load phase
                     m.next = "HDR_REQ"
             with m.State("HDR_REQ"):
                 m.d.sync += self.cycles_load.eq(self.cycles_load + 1)
@@ -737,9 +771,13 @@ class ChipCore(wiring.Component):
             with m.State("EMBR_WAIT"):
                 m.d.sync += self.cycles_load.eq(self.cycles_load + 1)
                 m.d.comb += er_loading.eq(1)
-                with m.If(er_pos == seq_len):
-                    m.d.sync += [pos.eq(0), row_addr.eq(w[25]), pc.eq(0)]
-                    m.next = "FETCH"
+                with m.If((er_pos == seq_len) & rom_check.done):
+                    with m.If(rom_check.ok):
+                        m.d.sync += [pos.eq(0), row_addr.eq(w[25]), pc.eq(0)]
+                        m.next = "FETCH"
+                    with m.Else():
+                        m.d.sync += status_word.eq(STATUS_BAD_ROM | rom_check.failed)
+                        m.next = "ERR"
 
             # ---- positions: fetch / dispatch -----------------------------------------------------------
             def load_op():
