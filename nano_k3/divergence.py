@@ -35,6 +35,7 @@ from .config import preset
 from .fixed import FixedModel, trace_real
 from .golden import GoldenModel, trace_keys
 from .metrics import row_cosines
+from .out_paths import output_file
 from .tensors import PARAM_FORMATS
 from .weights import Weights, generate, generate_tokens
 
@@ -142,7 +143,9 @@ def report(res: dict, position: int | None = None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="Per-intermediate error of the fixed-point model vs the golden model.")
+    ap = argparse.ArgumentParser(
+        prog="python -m nano_k3.divergence",
+        description="Per-intermediate error of the fixed-point model vs the golden model.")
     ap.add_argument("--seed", type=int, required=True)
     ap.add_argument("--group", type=int, default=128, help="int4 group size (64 or 128)")
     ap.add_argument("--config", default="nano", help="model preset (nano, tiny)")
@@ -152,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="golden arithmetic to compare with (float64: without the golden's own rounding)")
     ap.add_argument("--json", help="write the per-position errors here")
     args = ap.parse_args(argv)
+    if args.json:
+        output_file(ap, "--json", args.json)
     cfg = preset(args.config).with_group(args.group)
     if not 1 <= args.positions <= cfg.max_seq:
         ap.error(f"--positions must be in 1..{cfg.max_seq} for {cfg.name}, got {args.positions}")

@@ -5,11 +5,11 @@ header (256 B) | descriptor table | tensors (canonical order) | token ids | logi
 status block (16 B) | scratch. The memory the chip sees is the whole image including the zeroed
 scratch region, so ``Image.data`` and the written file include it.
 
-Run ``python -m nano_k3.image --config nano --seed 1 --seq-len 48 -o nano.bin`` to write one.
+``python -m nano_k3.image build --config nano --seed 1 --seq-len 48 -o nano.bin`` writes one,
+``python -m nano_k3.image show FILE`` and ``... validate FILE`` read one (nano_k3/image_cli.py).
 """
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 from dataclasses import dataclass
@@ -17,10 +17,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import ModelConfig, preset
+from .config import ModelConfig
 from .int4 import pack_nibbles, unpack_nibbles
 from .tensors import MatSpec, ParamSpec, tensor_specs
-from .weights import IntMat, Weights, generate, generate_tokens, mat_shapes
+from .weights import IntMat, Weights, mat_shapes
 
 MAGIC = 0x4B444143          # "KDAC" (SPEC §4.1 word 0)
 FORMAT_VERSION = 1
@@ -164,16 +164,22 @@ def encode_record(rec: RecordSpec, weights: Weights) -> bytes:
     return _checked(rec, getattr(mat, rec.part), rec.shape, lo, hi).astype(rec.dtype).tobytes()
 
 
+def record_values(rec: RecordSpec, blob: bytes) -> np.ndarray:
+    """The values one record holds: unpacked nibbles for ``.q``, the stored integers otherwise."""
+    arr = np.frombuffer(blob, rec.dtype).reshape(rec.shape)
+    return _unpack_q(arr, rec.emb) if rec.part == "q" else arr
+
+
 def decode_records(cfg: ModelConfig, records: list[RecordSpec], blobs: list[bytes]) -> Weights:
     """Stored bytes of every record -> Weights (inverse of ``encode_record``)."""
-    arrays = {rec.name: np.frombuffer(blob, rec.dtype).reshape(rec.shape) for rec, blob in zip(records, blobs)}
+    arrays = {rec.name: record_values(rec, blob) for rec, blob in zip(records, blobs)}
     mats, params = {}, {}
     for rec in records:
         if rec.part == "param":
             params[rec.tensor] = arrays[rec.name].astype(rec.dtype.lstrip("<"))
         elif rec.part == "q":
             mats[rec.tensor] = IntMat(
-                q=_unpack_q(arrays[rec.name], rec.emb),
+                q=arrays[rec.name],
                 s=arrays[rec.tensor + ".s"].astype(np.int16),
                 z=arrays[rec.tensor + ".z"].astype(np.uint8),
             )
@@ -346,15 +352,110 @@ def _words(data: bytes, addr: int, count: int) -> np.ndarray:
     return np.frombuffer(data, dtype="<u4", count=count, offset=addr)
 
 
-def _check_region(what: str, addr: int, length: int, prev_end: int, file_len: int) -> int:
-    """Alignment, order and bounds of one region; returns its end."""
-    if addr % ALIGN:
-        raise ImageError(f"{what}: address {addr} (0x{addr:x}) is not {ALIGN}-byte aligned")
-    if addr < prev_end:
-        raise ImageError(f"{what}: address {addr} overlaps the previous region, which ends at {prev_end}")
-    if addr + length > file_len:
-        raise ImageError(f"{what}: bytes {addr}..{addr + length} lie outside the {file_len}-byte file")
-    return addr + length
+@dataclass(frozen=True)
+class RowCheck:
+    """One stored descriptor (SPEC §4.2) beside the record the format expects at its index."""
+
+    index: int
+    record: RecordSpec        # what belongs at this index
+    hash: int
+    addr: int
+    length: int
+    aux: int
+    readable: bool            # its bytes lie inside the file
+    problems: tuple[str, ...]
+
+    @property
+    def where(self) -> str:
+        return f"descriptor {self.index} ({self.record.name})"
+
+
+@dataclass(frozen=True)
+class RegionCheck:
+    """The descriptor table or one region after the tensors (SPEC §4.1 words 23..28)."""
+
+    key: str                  # "table", "tokens", "logits", "argmax", "status" or "scratch"
+    what: str                 # e.g. "token array (word 24)"
+    addr: int
+    length: int
+    readable: bool
+    problem: str | None
+
+
+# key, description, header field of the address, length in bytes from the header's layout fields
+REGIONS = (
+    ("tokens", "token array (word 24)", "tokens_addr", lambda f: 4 * f["seq_len"]),
+    ("logits", "logits region (word 25)", "logits_addr", lambda f: f["logits_stride"] * f["seq_len"]),
+    ("argmax", "argmax region (word 26)", "argmax_addr", lambda f: 4 * f["seq_len"]),
+    ("status", "status block (word 27)", "status_addr", lambda f: STATUS_BYTES),
+    ("scratch", "scratch (word 28)", "scratch_addr", lambda f: f["scratch_size"]),
+)
+
+
+@dataclass(frozen=True, eq=False)
+class ImageCheck:
+    """Every check of an image, its problems collected in order instead of raised (``check_image``).
+
+    A problem that leaves the rest unreadable (a file shorter than the header, a wrong magic or version,
+    header words that describe no model, a descriptor table outside the file or of the wrong length)
+    ends the checks there, so ``cfg``, ``rows`` and ``regions`` may be missing."""
+
+    file_len: int
+    words: np.ndarray | None            # (64,) header words; None if the file is shorter than the header
+    cfg: ModelConfig | None
+    rows: tuple[RowCheck, ...]
+    regions: tuple[RegionCheck, ...]
+    problems: tuple[str, ...]
+    layout: ImageLayout | None          # set when header, descriptor table and regions are sound
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def region(self, key: str) -> RegionCheck | None:
+        return next((r for r in self.regions if r.key == key), None)
+
+    def raise_first(self) -> None:
+        """Raise ImageError with the first problem, if there is one."""
+        if self.problems:
+            more = len(self.problems) - 1
+            tail = f" (and {more} more: python -m nano_k3.image validate FILE lists them)" if more else ""
+            raise ImageError(self.problems[0] + tail)
+
+
+class _Problems(list):
+    """Problems in the order found. Once one region lies past the end of the file, the regions after it
+    that do too are only counted: a truncated file is one problem and a count, not one per tensor."""
+
+    def __init__(self, file_len: int):
+        super().__init__()
+        self.file_len = file_len
+        self.beyond: list[str] = []   # regions outside the file after the first one
+        self.outside_seen = False
+
+    def region(self, where: str, addr: int, length: int, prev_end: int) -> str | None:
+        """Alignment, order and bounds of one region; records and returns its problem (without ``where``)."""
+        if addr % ALIGN:
+            problem = f"address {addr} (0x{addr:x}) is not {ALIGN}-byte aligned"
+        elif addr < prev_end:
+            problem = f"address {addr} overlaps the previous region, which ends at {prev_end}"
+        elif addr + length > self.file_len:
+            problem = f"bytes {addr}..{addr + length} lie outside the {self.file_len}-byte file"
+            if self.outside_seen:
+                self.beyond.append(where)
+                return problem
+            self.outside_seen = True
+        else:
+            return None
+        self.append(f"{where}: {problem}")
+        return problem
+
+    def close_truncation(self, image_size: int) -> None:
+        if self.beyond:
+            cut = (f": the file is truncated (its header makes the image {image_size} bytes)"
+                   if self.file_len < image_size else "")
+            self.append(f"{len(self.beyond)} more regions, {self.beyond[0]} to {self.beyond[-1]}, lie outside "
+                        f"the {self.file_len}-byte file too{cut}")
 
 
 def _header_config(words: np.ndarray) -> ModelConfig:
@@ -369,61 +470,146 @@ def _header_config(words: np.ndarray) -> ModelConfig:
         raise ImageError(f"header words 2..21 describe an invalid model: {e}") from None
 
 
-def _expect_word(words: np.ndarray, i: int, expected: int, what: str) -> None:
+def _word_problem(words: np.ndarray, i: int, expected: int, what: str) -> str | None:
     if int(words[i]) != expected:
-        raise ImageError(f"header word {i} ({what}) = {int(words[i])}, expected {expected}")
+        return f"header word {i} ({what}) = {int(words[i])}, expected {expected}"
+    return None
+
+
+def _check_header(words: np.ndarray, problems: _Problems) -> ModelConfig | None:
+    """Header words 0..63 (SPEC §4.1); None when the rest of the file cannot be interpreted."""
+    if int(words[WORD_MAGIC]) != MAGIC:
+        problems.append(f"bad magic at word 0: 0x{int(words[WORD_MAGIC]):08x}, expected 0x{MAGIC:08x} ('KDAC')")
+        return None
+    if problem := _word_problem(words, WORD_VERSION, FORMAT_VERSION, "format version"):
+        problems.append(problem)
+        return None
+    try:
+        cfg = _header_config(words)
+    except ImageError as e:
+        problems.append(str(e))
+        return None
+    seq_len = int(words[19])
+    if not 1 <= seq_len <= cfg.max_seq:
+        problems.append(f"header word 19: seq_len {seq_len} outside 1..{cfg.max_seq} (max_seq)")
+    for i, expected, what in ((31, seq_len, "number of positions, must repeat word 19"),
+                              (30, logits_stride(cfg), "logits row stride = round_up_16(vocab*4)"),
+                              (29, scratch_size(cfg), "scratch size")):
+        if problem := _word_problem(words, i, expected, what):
+            problems.append(problem)
+    reserved = [i for i in range(32, HEADER_WORDS) if words[i]]
+    if reserved:
+        problems.append(f"header words 32..63 must be 0; word {reserved[0]} = 0x{int(words[reserved[0]]):x}"
+                        + (f" and {len(reserved) - 1} more are not" if len(reserved) > 1 else ""))
+    return cfg
+
+
+def _check_rows(data: bytes, cfg: ModelConfig, desc_addr: int, end: int,
+                problems: _Problems) -> tuple[list[RowCheck], int]:
+    """Every descriptor against its record (SPEC §4.2): name hash, length, aux, alignment, order, bounds."""
+    recs = record_specs(cfg)
+    table = _words(data, desc_addr, 4 * len(recs)).reshape(len(recs), 4)  # (n, 4)
+    rows = []
+    for i, (rec, (h, addr, length, aux)) in enumerate(zip(recs, table.tolist())):
+        where, found = f"descriptor {i} ({rec.name})", []
+        if h != name_hash(rec.name):
+            found.append(f"name hash 0x{h:08x} does not match tensor {rec.name!r} "
+                         f"(expected 0x{name_hash(rec.name):08x})")
+        if length != rec.length:
+            found.append(f"length {length}, expected {rec.length} for shape {rec.shape}")
+        if aux != rec.aux:
+            found.append(f"aux {aux}, expected {rec.aux}")
+        problems.extend(f"{where}: {p}" for p in found)
+        if region := problems.region(where, addr, length, end):
+            found.append(region)
+        readable = addr + length <= problems.file_len
+        end = max(end, addr + length) if readable else end
+        rows.append(RowCheck(i, rec, h, addr, length, aux, readable, tuple(found)))
+    return rows, end
+
+
+def _id_problem(data: bytes, addr: int, n: int, vocab: int) -> str | None:
+    ids = _words(data, addr, n)  # (n,)
+    if ids.size and ids.max() >= vocab:
+        p = int(np.argmax(ids >= vocab))
+        return f"position {p} holds id {int(ids[p])}, vocab is {vocab}"
+    return None
+
+
+def _value_problems(data: bytes, cfg: ModelConfig, rows: list[RowCheck], regions: list[RegionCheck],
+                    inputs: bool, outputs: bool) -> list[str]:
+    """Inputs: zero points in 0..15 (SPEC §4.3) and token ids below vocab; outputs: argmax ids below vocab
+    (§4.5). Only records and regions that lie inside the file are read."""
+    problems = []
+    for row in rows if inputs else ():
+        if row.record.part == "z" and row.readable and row.length == row.record.length:
+            z = record_values(row.record, data[row.addr:row.addr + row.length]).ravel()
+            bad = np.flatnonzero(z > 15)
+            if bad.size:
+                problems.append(f"{row.where}: zero point {int(z[bad[0]])} at element {int(bad[0])} is outside "
+                                f"0..15" + (f" ({bad.size} such elements)" if bad.size > 1 else ""))
+    id_regions = ("tokens",) * inputs + ("argmax",) * outputs
+    for region in regions:
+        if region.key in id_regions and region.readable:
+            if problem := _id_problem(data, region.addr, region.length // 4, cfg.vocab):
+                problems.append(f"{region.what}: {problem}")
+    return problems
+
+
+def check_image(data: bytes, inputs: bool = True, outputs: bool = True) -> ImageCheck:
+    """Check an image against SPEC §4, collecting every problem: header words (§4.1), each descriptor's
+    name hash, length, aux, alignment, order and bounds (§4.2), the regions after the tensors, and, with
+    ``inputs``, zero points and token ids, with ``outputs``, argmax ids (§4.3, §4.5)."""
+    problems = _Problems(len(data))
+    if len(data) < HEADER_BYTES:
+        problems.append(f"truncated file: {len(data)} bytes, the header alone needs {HEADER_BYTES}")
+        return ImageCheck(len(data), None, None, (), (), tuple(problems), None)
+    words = _words(data, 0, HEADER_WORDS).copy()  # (64,)
+    cfg = _check_header(words, problems)
+
+    def stop(rows=(), regions=()) -> ImageCheck:
+        return ImageCheck(len(data), words, cfg, tuple(rows), tuple(regions), tuple(problems), None)
+
+    if cfg is None:
+        return stop()
+    fields = {f: int(words[i]) for i, f in HEADER_LAYOUT_WORDS.items()}
+    n_records = fields.pop("n_records")
+    what = "descriptor table (word 23)"
+    problem = problems.region(what, fields["desc_addr"], DESC_BYTES * n_records, HEADER_BYTES)
+    table = RegionCheck("table", what, fields["desc_addr"], DESC_BYTES * n_records,
+                        fields["desc_addr"] + DESC_BYTES * n_records <= len(data), problem)
+    if not table.readable:
+        return stop(regions=[table])
+    # Each routed expert owns 9 records; checked first so a corrupt E cannot make the catalogue huge.
+    if 9 * cfg.n_experts * cfg.n_layers > n_records:
+        problems.append(f"header word 12: {cfg.n_experts} experts x {cfg.n_layers} layers need more "
+                        f"than the {n_records} descriptors of word 22")
+        return stop(regions=[table])
+    if problem := _word_problem(words, 22, len(record_specs(cfg)), "descriptor count for this model"):
+        problems.append(problem)
+        return stop(regions=[table])
+
+    rows, end = _check_rows(data, cfg, table.addr, table.addr + table.length, problems)
+    regions = [table]
+    for key, what, addr_field, length_of in REGIONS:
+        addr, length = fields[addr_field], length_of(fields)
+        problem = problems.region(what, addr, length, end)
+        readable = addr + length <= len(data)
+        end = max(end, addr + length) if readable else end
+        regions.append(RegionCheck(key, what, addr, length, readable, problem))
+    problems.close_truncation(round_up(fields["scratch_addr"] + fields["scratch_size"]))
+
+    layout = None if problems else ImageLayout(
+        cfg=cfg, descriptors=tuple(Descriptor(r.record.name, r.addr, r.length, r.aux) for r in rows), **fields)
+    problems.extend(_value_problems(data, cfg, rows, regions, inputs, outputs))
+    return ImageCheck(len(data), words, cfg, tuple(rows), tuple(regions), tuple(problems), layout)
 
 
 def read_layout(data: bytes) -> ImageLayout:
     """Parse and validate the header and descriptor table of any image (SPEC §4.1, §4.2)."""
-    file_len = len(data)
-    if file_len < HEADER_BYTES:
-        raise ImageError(f"truncated file: {file_len} bytes, the header alone needs {HEADER_BYTES}")
-    words = _words(data, 0, HEADER_WORDS)  # (64,)
-    if int(words[WORD_MAGIC]) != MAGIC:
-        raise ImageError(f"bad magic at word 0: 0x{int(words[WORD_MAGIC]):08x}, expected 0x{MAGIC:08x} ('KDAC')")
-    _expect_word(words, WORD_VERSION, FORMAT_VERSION, "format version")
-    cfg = _header_config(words)
-    seq_len = int(words[19])
-    if not 1 <= seq_len <= cfg.max_seq:
-        raise ImageError(f"header word 19: seq_len {seq_len} outside 1..{cfg.max_seq} (max_seq)")
-    _expect_word(words, 31, seq_len, "number of positions, must repeat word 19")
-    _expect_word(words, 30, logits_stride(cfg), "logits row stride = round_up_16(vocab*4)")
-    _expect_word(words, 29, scratch_size(cfg), "scratch size")
-    fields = {f: int(words[i]) for i, f in HEADER_LAYOUT_WORDS.items()}
-    n_records = fields.pop("n_records")
-    end = _check_region("descriptor table (word 23)", fields["desc_addr"], DESC_BYTES * n_records,
-                        HEADER_BYTES, file_len)
-    # Each routed expert owns 9 records; checked first so a corrupt E cannot make the catalogue huge.
-    if 9 * cfg.n_experts * cfg.n_layers > n_records:
-        raise ImageError(f"header word 12: {cfg.n_experts} experts x {cfg.n_layers} layers need more "
-                         f"than the {n_records} descriptors of word 22")
-    recs = record_specs(cfg)
-    _expect_word(words, 22, len(recs), "descriptor count for this model")
-    table = _words(data, fields["desc_addr"], 4 * len(recs)).reshape(len(recs), 4)  # (n, 4)
-    descriptors = []
-    for i, (rec, (h, addr, length, aux)) in enumerate(zip(recs, table.tolist())):
-        where = f"descriptor {i} ({rec.name})"
-        if h != name_hash(rec.name):
-            raise ImageError(f"{where}: name hash 0x{h:08x} does not match tensor {rec.name!r} "
-                             f"(expected 0x{name_hash(rec.name):08x})")
-        if length != rec.length:
-            raise ImageError(f"{where}: length {length}, expected {rec.length} for shape {rec.shape}")
-        if aux != rec.aux:
-            raise ImageError(f"{where}: aux {aux}, expected {rec.aux}")
-        end = _check_region(where, addr, length, end, file_len)
-        descriptors.append(Descriptor(rec.name, addr, length, aux))
-
-    for what, addr_field, length in (
-        ("token array (word 24)", "tokens_addr", 4 * seq_len),
-        ("logits region (word 25)", "logits_addr", fields["logits_stride"] * seq_len),
-        ("argmax region (word 26)", "argmax_addr", 4 * seq_len),
-        ("status block (word 27)", "status_addr", STATUS_BYTES),
-        ("scratch (word 28)", "scratch_addr", fields["scratch_size"]),
-    ):
-        end = _check_region(what, fields[addr_field], length, end, file_len)
-
-    return ImageLayout(cfg=cfg, descriptors=tuple(descriptors), **fields)
+    check = check_image(data, inputs=False, outputs=False)
+    check.raise_first()
+    return check.layout
 
 
 @dataclass(frozen=True)
@@ -461,15 +647,13 @@ def read_outputs(data: bytes) -> Outputs:
 
 def read_image(data: bytes) -> ParsedImage:
     """Parse any image: header -> ModelConfig (name "image"), records -> Weights, tokens, outputs."""
-    layout = read_layout(data)
+    check = check_image(data, outputs=False)
+    check.raise_first()
+    layout = check.layout
     recs = record_specs(layout.cfg)
     blobs = [data[d.addr:d.addr + d.length] for d in layout.descriptors]
     weights = decode_records(layout.cfg, recs, blobs)
     tokens = _words(data, layout.tokens_addr, layout.seq_len).copy()  # (seq_len,)
-    if tokens.size and tokens.max() >= layout.cfg.vocab:
-        p = int(np.argmax(tokens >= layout.cfg.vocab))
-        raise ImageError(f"token array (word 24): position {p} holds id {int(tokens[p])}, "
-                         f"vocab is {layout.cfg.vocab}")
     return ParsedImage(layout=layout, weights=weights, tokens=tokens, outputs=_read_outputs(data, layout))
 
 
@@ -497,45 +681,6 @@ def write_outputs(data: bytes, logits: np.ndarray, argmax: np.ndarray | None = N
     return bytes(buf)
 
 
-# ---------------------------------------------------------------------------------------------
-# CLI
-# ---------------------------------------------------------------------------------------------
-
-def summary(layout: ImageLayout) -> str:
-    wb = weight_bytes(layout.cfg)
-    lines = [
-        f"config {layout.cfg.name}, group {layout.cfg.group_size}, seq_len {layout.seq_len}",
-        f"size {layout.size} B, {layout.n_records} descriptors at {layout.desc_addr}",
-        f"tensors {layout.descriptors[0].addr}..{layout.tokens_addr}, tokens {layout.tokens_addr}, "
-        f"logits {layout.logits_addr} (stride {layout.logits_stride}), argmax {layout.argmax_addr}, "
-        f"status {layout.status_addr}, scratch {layout.scratch_addr} ({layout.scratch_size} B)",
-        f"weight bytes: dense {wb.dense}, experts {wb.experts}, embedding {wb.embedding}, "
-        f"total {wb.total}, active/token {wb.active_per_token}",
-    ]
-    return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m nano_k3.image", description=__doc__.splitlines()[0])
-    ap.add_argument("--config", default="nano", help="model preset (default nano)")
-    ap.add_argument("--seed", type=int, required=True, help="weight and token seed (>= 0)")
-    ap.add_argument("--seq-len", type=int, required=True, help="positions, 1..max_seq")
-    ap.add_argument("--group", type=int, default=None, help="int4 group size override (64 or 128)")
-    ap.add_argument("-o", "--output", required=True, type=Path, help="image file to write")
-    args = ap.parse_args(argv)
-    try:
-        cfg = preset(args.config)
-        if args.group is not None:
-            cfg = cfg.with_group(args.group)
-        tokens = generate_tokens(cfg, args.seed, args.seq_len)
-        weights = generate(cfg, args.seed)
-    except ValueError as e:
-        ap.error(str(e))
-    image = write_image(args.output, weights, tokens)
-    print(f"wrote {args.output}")
-    print(summary(image.layout))
-    return 0
-
-
 if __name__ == "__main__":
+    from nano_k3.image_cli import main
     sys.exit(main())

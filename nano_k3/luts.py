@@ -47,6 +47,7 @@ import numpy as np
 
 from .config import KDA_LOG_DECAY_MIN
 from .fxp_ops import ALPHA, T, X, round_shift
+from .out_paths import output_folder
 
 
 def _byte_width(bits: int) -> int:
@@ -268,9 +269,11 @@ def write_roms(out_dir: str | Path) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="Generate the chip's LUT ROM hex files ($readmemh).")
+    ap = argparse.ArgumentParser(
+        prog="python -m nano_k3.luts", description="Generate the chip's LUT ROM hex files ($readmemh).")
     ap.add_argument("-o", "--out", required=True, help="output directory, e.g. build/rtl/roms")
     args = ap.parse_args(argv)
+    output_folder(ap, "-o", args.out)
     write_roms(args.out)
     for t in tables().values():
         shapes = " + ".join(f"{b.file} {b.depth} x {b.width}" for b in t.banks)

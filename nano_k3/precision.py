@@ -21,6 +21,7 @@ from .config import GROUP_SIZES, preset
 from .fixed import FixedModel
 from .golden import GoldenModel
 from .metrics import argmax_agreement, row_cosines
+from .out_paths import output_file
 from .weights import generate, generate_tokens
 
 MAX_ONE_MINUS_COS = 2e-5  # per logits row, vs the float32 golden model
@@ -51,7 +52,8 @@ def summarise(cases: list[dict]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="Fixed-point vs float golden precision (SPEC §7 metrics).")
+    ap = argparse.ArgumentParser(
+        prog="python -m nano_k3.precision", description="Fixed-point vs float golden precision (SPEC §7 metrics).")
     ap.add_argument("--seeds", type=int, default=20, help="number of random images (seeds 0..N-1)")
     ap.add_argument("--first-seed", type=int, default=0)
     ap.add_argument("--config", default="nano", help="model preset (nano, tiny)")
@@ -59,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--groups", type=int, nargs="+", default=list(GROUP_SIZES), help="int4 group sizes")
     ap.add_argument("--json", help="write the summary and per-seed numbers here")
     args = ap.parse_args(argv)
+    if args.json:  # before the minutes of work, not after
+        output_file(ap, "--json", args.json)
     base = preset(args.config)
     if not 1 <= args.positions <= base.max_seq:
         ap.error(f"--positions must be in 1..{base.max_seq} for {base.name}, got {args.positions}")

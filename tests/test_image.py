@@ -1,26 +1,22 @@
 """Tests of the memory image (nano_k3.image, SPEC §4): layout by hand, encodings, round trips,
-rejection of malformed images, output filling and the CLI."""
+rejection of malformed images, every problem of an image collected, output filling. The CLI is
+tests/test_image_cli.py."""
 from __future__ import annotations
 
 import dataclasses
-import re
 import struct
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from nano_k3.config import NANO, TINY
 from nano_k3.image import (
-    ImageError, STATUS_DONE, build_image, main, name_hash, plan_layout, read_image, read_layout,
+    ImageError, STATUS_DONE, build_image, check_image, name_hash, plan_layout, read_image, read_layout,
     read_outputs, record_specs, weight_bytes, write_image, write_outputs,
 )
 from nano_k3.weights import IntMat, generate, generate_tokens
 
 SEED = 20260706
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def nano_image(group=128, seq_len=16, seed=SEED):
@@ -268,34 +264,53 @@ def test_image_error_is_value_error(good):
     assert read_image(good + bytes(32)).layout == read_layout(good)  # trailing bytes are tolerated
 
 
-# --- CLI ------------------------------------------------------------------------------------
+# --- every problem collected (check_image: what `python -m nano_k3.image validate` prints) ------
 
-def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "nano_k3.image", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
-
-
-def test_cli_writes_image(tmp_path):
-    out = tmp_path / "nano.bin"
-    r = _cli("--config", "nano", "--seed", "20260706", "--seq-len", "48", "--group", "64", "-o", str(out))
-    assert r.returncode == 0, r.stderr
-    assert "246 descriptors" in r.stdout and "tokens 140096" in r.stdout
-    parsed = read_image(out.read_bytes())
-    assert parsed.cfg.group_size == 64 and parsed.layout.seq_len == 48
-    assert np.array_equal(parsed.tokens, generate_tokens(NANO, 20260706, 48))
+def test_check_good_image(good):
+    check = check_image(good)
+    assert check.ok and check.problems == () and check.layout == read_layout(good)
+    assert len(check.rows) == 246 and all(r.readable and not r.problems for r in check.rows)
+    assert [r.key for r in check.regions] == ["table", "tokens", "logits", "argmax", "status", "scratch"]
 
 
-@pytest.mark.parametrize("args,message", [
-    (("--group", "96"), r"group_size must be one of \(64, 128\), got 96"),
-    (("--seq-len", "65"), r"seq_len must be an integer in 1\.\.64.*got 65"),
-    (("--config", "huge"), r"unknown config 'huge'; valid presets"),
-    (("--seed", "-1"), r"seed must be a non-negative integer, got -1"),
-], ids=["group", "seq-len", "config", "seed"])
-def test_cli_rejects_bad_values(tmp_path, args, message, capsys):
-    argv = {"--config": "nano", "--seed": "1", "--seq-len": "8", "-o": str(tmp_path / "x.bin")}
-    argv.update(dict(zip(args[0::2], args[1::2])))
-    with pytest.raises(SystemExit) as e:
-        main([x for kv in argv.items() for x in kv])
-    assert e.value.code == 2
-    assert re.search(message, capsys.readouterr().err)
-    assert not (tmp_path / "x.bin").exists()
+def test_check_collects_every_problem(good):
+    bad = patched(patched(good, _desc_word(7, 0), 0xDEADBEEF), _desc_word(9, 3), 7)  # L0.kda.q.s hash, k.q aux
+    check = check_image(bad)
+    assert check.problems == (
+        "descriptor 7 (L0.kda.q.s): name hash 0xdeadbeef does not match tensor 'L0.kda.q.s' (expected 0x7300e63f)",
+        "descriptor 9 (L0.kda.k.q): aux 7, expected 64",
+    )
+    assert check.layout is None and check.rows[7].problems == (check.problems[0].split(": ", 1)[1],)
+    with pytest.raises(ImageError, match=r"descriptor 7 .*0xdeadbeef.* \(and 1 more: python -m nano_k3.image "
+                                         r"validate FILE lists them\)"):
+        read_layout(bad)
+
+
+def test_check_truncated_is_one_problem_and_a_count(good):
+    check = check_image(good[:50_000])
+    first, rest = check.problems
+    assert first == "descriptor 73 (L0.moe.e2.g.q): bytes 49024..50048 lie outside the 50000-byte file"
+    assert rest == ("177 more regions, descriptor 74 (L0.moe.e2.g.s) to scratch (word 28), lie outside the "
+                    f"50000-byte file too: the file is truncated (its header makes the image {len(good)} bytes)")
+    assert sum(not r.readable for r in check.rows) == 246 - 73 and check.rows[72].readable
+
+
+def test_check_values(good):
+    layout = read_layout(good)
+    z = layout.descriptor("L0.kda.q.z").addr
+    bad = bytearray(good)
+    bad[z + 5] = bad[z + 9] = 16                              # zero points are 0..15 (SPEC §4.3)
+    bad = patched(bytes(bad), layout.argmax_addr + 8, 512)    # argmax ids are below vocab (§4.5)
+    assert check_image(bad).problems == (
+        "descriptor 8 (L0.kda.q.z): zero point 16 at element 5 is outside 0..15 (2 such elements)",
+        "argmax region (word 26): position 2 holds id 512, vocab is 512",
+    )
+    with pytest.raises(ImageError, match=r"zero point 16 at element 5"):  # inputs: read_image refuses them
+        read_image(bad)
+    assert read_layout(bad) == layout                                     # the layout itself is sound
+    assert check_image(bad, outputs=False).problems[1:] == ()             # argmax: only with outputs
+
+
+def test_check_reserved_header_words(good):
+    check = check_image(patched(patched(good, 4 * 40, 3), 4 * 63, 1))
+    assert check.problems == ("header words 32..63 must be 0; word 40 = 0x3 and 1 more are not",)
