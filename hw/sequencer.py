@@ -278,8 +278,8 @@ class ChipCore(wiring.Component):
             i_raddr1=rom_addr, o_rdata1=rom_data, i_raddr2=prog_chk[0], o_rdata2=prog_chk[1])
         checked.append(prog_chk)
         rom_check = m.submodules.rom_check = RomCheck(b.rom_images)       # in the order of ``checked``
-        for j, (addr, data) in enumerate(checked):
-            m.d.comb += [addr.eq(rom_check.addr[:len(addr)]), rom_check.data[j].eq(data)]
+        for img, (addr, data) in zip(b.rom_images, checked, strict=True):
+            m.d.comb += [addr.eq(rom_check.addr[:len(addr)]), rom_check.data[img.name].eq(data)]
         m.d.comb += check_turn.eq(rom_check.busy)
         op = Signal(op_layout)
 

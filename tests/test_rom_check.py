@@ -66,7 +66,7 @@ def _run(images: list[RomImage], contents: list[tuple[int, ...]], limit: int = 2
     m.submodules.dut = dut
     for k, words in enumerate(contents):
         rom = Array(Const(w, dut.bits) for w in words)
-        m.d.comb += dut.data[k].eq(rom[dut.addr[:max(1, (len(words) - 1).bit_length())]])
+        m.d.comb += dut.data[images[k].name].eq(rom[dut.addr[:max(1, (len(words) - 1).bit_length())]])
     out = {}
 
     async def bench(ctx):
