@@ -5,12 +5,13 @@
 Writes ``<out>/designs/nangate45/<top>/``:
 
 * ``config.mk``: only what differs from the nangate45 platform defaults (design name, sources, SDC,
-  the fakeram45 LEF/LIB files used, die and core area, placement density, macro halo);
+  the fakeram45 LEF/LIB files used, die and core area, placement density, macro halo, and
+  ``SYNTH_MEMORY_MAX_BITS`` when a ROM table is larger than ORFS's default allows);
 * ``constraint.sdc``: the constraints of ``flow/sta.py`` (10 ns clock on ``clk``, 20 % I/O delays);
 * ``src/``: a copy of the RTL files of the file list (ORFS synthesises the RTL itself) and
-  ``msh_macros.v``: an ``msh_sram`` that maps each used DEPTH x WIDTH onto fakeram45 macros (the
-  mapping of ``flow/macro_map.py``) and an ``msh_rom`` that turns each table into logic (a case
-  statement generated from its hex file; fakeram45 has no ROM);
+  ``msh_macros.v``: an ``msh_sram`` that maps each used DEPTH x WIDTH onto fakeram45 macros or, when
+  they take less area, flip-flops (the mapping of ``flow/macro_map.py``), and an ``msh_rom`` that turns
+  each table into logic (a case statement generated from its hex file; fakeram45 has no ROM);
 * ``floorplan.json``: how the die was sized (cell area, utilization, macro footprints, a packing that
   proves every macro fits in the core).
 
@@ -25,8 +26,8 @@ ORFS writes are parsed into ``<out>/orfs.json`` (``flow/orfs_metrics.py``).
 The fakeram45 macros have one read/write port, ``msh_sram`` a read and a write port: the wrapper gives
 the write priority and drops a read issued in the same cycle (see ``SRAM_WRAPPER_NOTE`` and
 docs/pnr.md). Area, timing and wirelength of the placed-and-routed design are meaningful; the
-wrapped chip is functionally equal to the RTL only if it never reads and writes one msh_sram in the
-same cycle.
+wrapped chip is functionally equal to the RTL only if it never reads and writes one macro-mapped
+msh_sram in the same cycle. The flip-flop arrays behave exactly like the SPEC model.
 """
 from __future__ import annotations
 
@@ -41,10 +42,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from flow.macro_map import MacroMapError, Mapping, macro_sizes, map_design
+from flow.macro_map import MacroMapError, Mapping, map_design, storage_lib, wrapper_area_um2
 from flow.orfs_metrics import MetricsError, collect_metrics, summary_text
 from flow.sta import DRIVING_CELL, IO_DELAY_FRACTION, OUTPUT_LOAD_FF
-from flow.synth import SynthError, liberty_areas, load_rtl
+from flow.synth import SynthError, load_rtl
 from pdk_config import PdkError, find_pdk, pdk_from_env
 
 REPO = Path(__file__).resolve().parent.parent
@@ -66,6 +67,9 @@ PIN_PITCH_UM = 0.8                 # perimeter per I/O pin the die must offer (p
 # Estimated standard-cell area per ROM bit: a case-statement table after ABC is a few gates per
 # output bit per address bit; this is an estimate for sizing the die only (ORFS reports the real area).
 ROM_UM2_PER_BIT = 1.0
+# ORFS stops synthesis when Yosys makes a memory ($mem) of more bits than SYNTH_MEMORY_MAX_BITS; this is
+# its default (flow/scripts/variables.yaml of OpenROAD-flow-scripts).
+ORFS_SYNTH_MEMORY_MAX_BITS = 4096
 
 SRAM_WRAPPER_NOTE = """\
 fakeram45 is single-ported (one addr_in for read and write); msh_sram has a read and a write port.
@@ -73,7 +77,8 @@ The wrapper gives the write priority: in a cycle with we=1 the macro address is 
 requested in that cycle (re=1) is dropped; rdata then keeps its previous value. Outside such
 collisions the wrapper is cycle-exact to msh_sram: rdata is valid the cycle after re and holds its
 value until the next read (a hold register, because fakeram45's rd_out may change on a write).
-A simulation of the wrapper prints an error on every collision (`ifndef SYNTHESIS)."""
+A simulation of the wrapper prints an error on every collision (`ifndef SYNTHESIS).
+Shapes mapped to flip-flops (flow/macro_map.py) have both ports and behave exactly like msh_sram."""
 
 
 class OrfsError(RuntimeError):
@@ -175,6 +180,42 @@ def sram_wrapper(m: Mapping) -> str:
           "`endif",
           "endmodule", ""]
     return "\n".join(L)
+
+
+def sram_flops(m: Mapping) -> str:
+    """One ``msh_sram_<D>x<W>`` module of flip-flops, cycle-exact to the SPEC model (verification/models/
+    msh_sram.v): byte-masked writes, rdata registered on re and held otherwise, a read of the word written
+    in the same cycle returns the old contents. No array is declared, so no synthesis infers a memory."""
+    depth, width = m.depth, m.width
+    aw, nbytes = _addrw(depth), width // 8
+    return "\n".join([
+        f"// {depth} x {width} as flip-flops ({m.note}); exact msh_sram behaviour",
+        f"module {sram_module_name(depth, width)} (",
+        "    input  wire             clk,",
+        "    input  wire             we,",
+        f"    input  wire [{aw - 1}:0]     waddr,",
+        f"    input  wire [{width - 1}:0]    wdata,",
+        f"    input  wire [{nbytes - 1}:0]     wstrb,",
+        "    input  wire             re,",
+        f"    input  wire [{aw - 1}:0]     raddr,",
+        f"    output reg  [{width - 1}:0]    rdata",
+        ");",
+        f"    wire [{depth * width - 1}:0] words;       // word i is words[i*{width} +: {width}]",
+        "    genvar i, b;",
+        "    generate",
+        f"        for (i = 0; i < {depth}; i = i + 1) begin : g_word",
+        f"            reg [{width - 1}:0] q;",
+        f"            wire sel = we && waddr == {aw}'(i);",
+        f"            for (b = 0; b < {nbytes}; b = b + 1) begin : g_byte",
+        "                always @(posedge clk)",
+        "                    if (sel && wstrb[b]) q[8*b +: 8] <= wdata[8*b +: 8];",
+        "            end",
+        f"            assign words[i*{width} +: {width}] = q;",
+        "        end",
+        "    endgenerate",
+        "    always @(posedge clk)",
+        f"        if (re) rdata <= words[raddr*{width} +: {width}];",
+        "endmodule", ""])
 
 
 def sram_dispatch(shapes: list[tuple[int, int]]) -> str:
@@ -285,6 +326,22 @@ def rom_module(rom: Rom) -> str:
     return "\n".join(L)
 
 
+def rom_memory_bits(depth: int, width: int) -> int:
+    """Bits of the memory ORFS's Yosys makes of a ROM table: ``proc_rom`` turns the case statement over all
+    2**ADDRW addresses (its default arm answers those >= DEPTH) into a 2**ADDRW x WIDTH ``$mem``; ``opt_mem``
+    may then drop constant bit lanes, never add any (513 x 24 became 1024 x 23)."""
+    return (1 << _addrw(depth)) * width
+
+
+def synth_memory_max_bits(roms: list[Rom]) -> tuple[int, Rom] | None:
+    """(SYNTH_MEMORY_MAX_BITS, the table that sets it): the largest ROM table's memory, or None when ORFS's
+    default already holds every table (config.mk then leaves the variable out)."""
+    if not roms:
+        return None
+    bits, rom = max(((rom_memory_bits(r.depth, r.width), r) for r in roms), key=lambda x: (x[0], x[1].module))
+    return (bits, rom) if bits > ORFS_SYNTH_MEMORY_MAX_BITS else None
+
+
 def rom_dispatch(roms: list[Rom]) -> str:
     L = ["// msh_rom of SPEC_NANO_KPU.md section 5 for place and route: one branch per table (shape + INIT_FILE).",
          "module msh_rom #(",
@@ -387,7 +444,7 @@ def _mk_list(var: str, items: list[str]) -> str:
 
 
 def config_mk(top: str, src_files: list[str], incdirs: list[str], defines: list[str], rams: list[str],
-              fp: dict, hierarchical: bool, origin: str) -> str:
+              fp: dict, hierarchical: bool, origin: str, memory_max: tuple[int, Rom] | None = None) -> str:
     core, die = fp["core"], fp["die"]
     lines = [
         f"# generated by flow/orfs.py from {origin}; regenerate, do not edit.",
@@ -422,6 +479,12 @@ def config_mk(top: str, src_files: list[str], incdirs: list[str], defines: list[
     if hierarchical:
         lines.append("# Keep the module hierarchy so the macro placer can group macros with their logic.")
         lines.append("export SYNTH_HIERARCHICAL = 1")
+    if memory_max:
+        bits, rom = memory_max
+        lines += ["# Yosys turns each msh_rom case table into a ROM of 2^ADDRW x WIDTH bits before mapping it to gates;",
+                  f"# the largest, {rom.module} ({1 << _addrw(rom.depth)} x {rom.width}), is over ORFS's default "
+                  f"of {ORFS_SYNTH_MEMORY_MAX_BITS}.",
+                  f"export SYNTH_MEMORY_MAX_BITS = {bits}"]
     return "\n".join(lines) + "\n"
 
 
@@ -457,12 +520,14 @@ def generate(synth_dir: Path, rtl_dir: Path, out: Path, period_ns: float = PERIO
         raise OrfsError(f"{rtl_dir}/config.json differs from the one {sj} was synthesised from; run `make synth` again")
     instances = synth["macros"]["instances"]
     try:
-        mappings = map_design(instances, macro_sizes(pdk.fakerams))
+        lib = storage_lib(pdk, REPO / "build" / "pdk_cache")
+        mappings = map_design(instances, lib)
     except MacroMapError as e:
         raise OrfsError(str(e)) from None
-    srams = [m for m in mappings if m.kind == "msh_sram"]
-    shapes = sorted({(m.depth, m.width) for m in srams})
-    by_shape = {(m.depth, m.width): m for m in srams}
+    srams = [m for m in mappings if m.impl == "macros"]
+    flops = [m for m in mappings if m.impl == "flops"]
+    shapes = sorted({(m.depth, m.width) for m in srams + flops})
+    by_shape = {(m.depth, m.width): m for m in srams + flops}
 
     roms: dict[tuple, Rom] = {}
     for inst in instances:
@@ -476,18 +541,19 @@ def generate(synth_dir: Path, rtl_dir: Path, out: Path, period_ns: float = PERIO
     if len(set(names)) != len(names):
         raise OrfsError(f"two ROM tables would share a module name: {names}")
 
-    # Area the die must hold: the synthesised logic, the wrappers' registers and muxes, the ROM tables.
-    areas = liberty_areas(pdk.plain_liberty("typical", REPO / "build" / "pdk_cache"))
-    dff, mux = areas["DFF_X1"], areas["MUX2_X1"]
-    wrapper_area = sum(m.width * (dff + mux * m.rows) + 2 * dff for m in srams)
+    # Area the die must hold: the synthesised logic, the wrappers' registers and muxes, the flip-flop
+    # arrays, the ROM tables.
+    wrapper_area = sum(wrapper_area_um2(m.width, m.rows, lib) for m in srams)
+    flop_area = sum(m.flop_um2 for m in flops)
     rom_area = sum(r.depth * r.width for r in roms.values()) * ROM_UM2_PER_BIT
-    std_area = synth["area"]["logic_um2"] + wrapper_area + rom_area
+    std_area = synth["area"]["logic_um2"] + wrapper_area + flop_area + rom_area
     macro_boxes = [(f"{m.path}.mem_r{r}_c{c}", m.macro.width_um, m.macro.height_um)
                    for m in srams for r in range(m.rows) for c in range(m.cols)]
     n_io = top_io_bits(synth_dir / synth["files"]["netlist"], top)
     fp = floorplan(std_area, macro_boxes, n_io)
     fp["std_cell_area_parts_um2"] = {"synthesised_logic": synth["area"]["logic_um2"],
                                      "sram_wrappers_estimate": round(wrapper_area, 3),
+                                     "sram_flops_estimate": round(flop_area, 3),
                                      "rom_logic_estimate": round(rom_area, 3)}
 
     design = out / "designs" / PLATFORM / top
@@ -498,12 +564,15 @@ def generate(synth_dir: Path, rtl_dir: Path, out: Path, period_ns: float = PERIO
     src_names, inc_names = _copy_sources(list(rtl.files), list(rtl.include_dirs), stage / "src")
     macros_v = ["// generated by flow/orfs.py: storage macros of SPEC_NANO_KPU.md section 5 for the ORFS flow.",
                 "// " + SRAM_WRAPPER_NOTE.replace("\n", "\n// "), "",
-                *([sram_dispatch(shapes)] if shapes else []), *[sram_wrapper(by_shape[s]) for s in shapes],
+                *([sram_dispatch(shapes)] if shapes else []),
+                *[(sram_flops if by_shape[s].impl == "flops" else sram_wrapper)(by_shape[s]) for s in shapes],
                 *([rom_dispatch(list(roms.values()))] if roms else []), *[rom_module(r) for r in roms.values()]]
     (stage / "src" / "msh_macros.v").write_text("\n".join(macros_v))
     rams = sorted({m.macro.name for m in srams})
+    memory_max = synth_memory_max_bits(list(roms.values()))
     (stage / "config.mk").write_text(config_mk(top, src_names + ["msh_macros.v"], inc_names, list(rtl.defines),
-                                               rams, fp, hierarchical=bool(rams), origin=str(sj)))
+                                               rams, fp, hierarchical=bool(rams), origin=str(sj),
+                                               memory_max=memory_max))
     (stage / "constraint.sdc").write_text(sdc_text(top, period_ns))
     (stage / "floorplan.json").write_text(json.dumps(fp, indent=1) + "\n")
     if design.exists():
@@ -518,6 +587,9 @@ def generate(synth_dir: Path, rtl_dir: Path, out: Path, period_ns: float = PERIO
                          "lib": str(next(f.lib for f in pdk.fakerams if f.name == r))} for r in rams},
         "mappings": [m.as_dict() for m in mappings],
         "wrappers": {f"{d}x{w}": sram_module_name(d, w) for d, w in shapes},
+        "srams_as_flops": [m.path for m in flops],
+        "synth_memory_max_bits": ({"value": memory_max[0], "rom": memory_max[1].module} if memory_max
+                                  else {"value": None, "default": ORFS_SYNTH_MEMORY_MAX_BITS}),
         "roms": [{"init_file": r.init_file, "source": str(r.source), "module": r.module,
                   "depth": r.depth, "width": r.width} for r in roms.values()],
         "floorplan": fp, "sram_wrapper_note": SRAM_WRAPPER_NOTE,

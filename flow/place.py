@@ -7,8 +7,9 @@ Steps (ARCHITECTURE.md, "Physical implementation"):
 1. netlist: Yosys (pyosys, in a child process) reads ``<top>.sta.il`` (the RTLIL twin of the STA netlist
    ``<top>.sta.v``) and the macros' empty modules ``<top>.macros.v`` as black boxes, and flattens the
    hierarchy; names stay those OpenSTA sees in ``<top>.sta.v`` (``lane0/_0644_``);
-2. macros: every ``msh_sram`` becomes its grid of fakeram45 macros (flow/macro_map.py); every ``msh_rom``
-   maps to logic that this netlist does not contain yet (its pins are left unplaced, and noted);
+2. macros: every ``msh_sram`` becomes its grid of fakeram45 macros (flow/macro_map.py); every ``msh_rom``,
+   and every ``msh_sram`` small enough to be cheaper as flip-flops, maps to logic that this netlist does
+   not contain yet (its pins are left unplaced, and noted);
 3. floorplan: the macros, each with a keep-out ring, are packed in shelves from the bottom-left corner
    (``FIXED``); the standard-cell rows fill the rest (a row stops at a keep-out and resumes after it),
    enough of them for ``--utilization``. The core is square when the macros allow it. Inputs are spread over the left and top edges, outputs over the
@@ -43,7 +44,7 @@ from pathlib import Path
 
 from flow.cli import die_with_parent, publish, report_stage
 from flow.lefdef import DefComponent, DefPin, DefRow, Lef, LefError, read_lef, write_def
-from flow.macro_map import MACRO_HALO_UM, MacroMapError, Mapping, macro_sizes, map_instance, table
+from flow.macro_map import MACRO_HALO_UM, MacroMapError, Mapping, map_instance, storage_lib, table
 from flow.parasitics import NetPins, RcModel, spef_header, steiner_factor, write_dnet
 from flow.repair import RepairError, RepairResult, input_caps, repair, verify, write_verilog
 from flow.sta import StaError, run_sta
@@ -166,6 +167,7 @@ class Design:
     net_pins: list[list[tuple]] = field(default_factory=list)
     mappings: list[Mapping] = field(default_factory=list)
     roms: list[str] = field(default_factory=list)
+    flop_srams: list[str] = field(default_factory=list)
 
 
 def _sram_pin(pin: str, j: int, m: Mapping) -> tuple[int, int, str]:
@@ -228,7 +230,7 @@ def build_design(module: dict, top: str, lef: Lef, sizes) -> Design:
         m = map_instance(path, kind, int(depth), int(width), sizes)
         d.mappings.append(m)
         if m.macro is None:
-            d.roms.append(path)
+            (d.flop_srams if m.impl == "flops" else d.roms).append(path)
             continue
         master = lef.masters[m.macro.name]
         first = len(d.comp_name)
@@ -596,7 +598,10 @@ def place(synth: Path, out: Path, utilization: float = 0.6, effort: int = 1, cor
     liberty = pdk.plain_liberty("typical", cache)
     macro_modules = macros_v.read_text()
     module = flatten(netlist, macros_v, top, liberty, stage)
-    sizes = macro_sizes(pdk.fakerams)
+    try:
+        sizes = storage_lib(pdk, cache)
+    except MacroMapError as e:
+        raise PlaceError(str(e)) from None
     progress(f"placement objects for {len(module['cells']):,} instances ({time.monotonic() - t:.0f} s) ...")
     try:
         d = build_design(module, top, lef, sizes)
@@ -692,6 +697,7 @@ def place(synth: Path, out: Path, utilization: float = 0.6, effort: int = 1, cor
                       "io": "inputs on the left then top edge, outputs on the right then bottom edge"},
         "macros": [m.as_dict() for m in d.mappings],
         "roms_as_logic": d.roms,
+        "srams_as_flops": d.flop_srams,
         "repair": ({"enabled": True, **fixed.as_dict(), "cells_before": cells_before, "cells_after": d.n_std}
                    if fixed else {"enabled": False}),
         "parasitics": rc.as_dict(),
@@ -745,7 +751,8 @@ def summary_text(r: dict) -> str:
     if r["macros"]:
         lines += ["", "storage mapping (flow/macro_map.py):"]
         lines += [f"  {m['path']:<36} {m['depth']}x{m['width']:<6} -> "
-                  + (f"{m['count']} x {m['macro']}" if m["macro"] else "logic") + f"  {m['note']}" for m in r["macros"]]
+                  + (f"{m['count']} x {m['macro']}" if m["macro"] else m["impl"]) + f"  {m['note']}"
+                  for m in r["macros"]]
     return "\n".join(lines) + "\n"
 
 

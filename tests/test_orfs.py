@@ -1,5 +1,8 @@
-"""flow.orfs: the ORFS design generated for tests/data/mac_sram, the msh_sram wrappers against the
-msh_sram simulation model, the runner's refusal without docker/FLOW_HOME, and the metrics parser."""
+"""flow.orfs: the ORFS design generated for tests/data/mac_sram and for a storage design written here
+(a ROM larger than ORFS's default memory limit, an msh_sram cheaper as flip-flops), the msh_sram wrappers
+and flip-flop arrays against the msh_sram simulation model, ORFS's own Yosys steps up to its memory
+check, the runner's refusal without docker/FLOW_HOME, and the metrics parser."""
+import dataclasses
 import json
 import random
 import re
@@ -11,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from flow import orfs
-from flow.macro_map import lef_size, macro_sizes, map_sram
+from flow.macro_map import lef_size, map_sram, storage_lib
 from flow.orfs_metrics import MetricsError, collect_metrics
+from flow.place import _read_lefs, build_design, flatten
 from flow.synth import synthesize
 from flow.toolchain import tool_env
 from pdk_config import find_pdk, pdk_from_env
@@ -163,7 +167,7 @@ def test_wrapper_parses_in_verilator_and_yosys(design, tmp_path):
 TB = """
 module tb;
     reg clk = 0;
-    integer cycle, errors = 0, reads = 0;
+    integer cycle, errors = 0, reads = 0, collisions = 0;
 {decls}
     initial begin
         for (cycle = 0; cycle < {cycles}; cycle = cycle + 1) begin
@@ -171,16 +175,22 @@ module tb;
             #1 clk = 1; #1 clk = 0;
 {check}
         end
-        $display("DONE reads=%0d errors=%0d", reads, errors);
+        $display("DONE reads=%0d collisions=%0d errors=%0d", reads, collisions, errors);
         $finish;
     end
 endmodule
 """
 
 
-def _sram_bench(shapes: list[tuple[int, int]], cycles: int) -> str:
-    """The wrapper (dut_*) and the SPEC model (ref_*) side by side, random traffic that never reads and
-    writes in one cycle (the documented limit), rdata compared after every edge."""
+def _random_bits(n: int) -> str:
+    """A Verilog expression of n random bits (one $urandom per 32)."""
+    return "{" + ", ".join(["$urandom"] * -(-n // 32)) + "}"
+
+
+def _sram_bench(shapes: list[tuple[int, int]], cycles: int, collide: bool = False) -> str:
+    """The DUT (dut_*) and the SPEC model (ref_*) side by side, rdata compared after every edge. Random traffic:
+    with ``collide`` reads and writes in any cycle, a third of the reads at the address written in that
+    cycle; without, never a read and a write in one cycle (the macro wrappers' documented limit)."""
     decls, drive, check = [], [], []
     for i, (d, w) in enumerate(shapes):
         aw, nb = (d - 1).bit_length(), w // 8
@@ -190,48 +200,261 @@ def _sram_bench(shapes: list[tuple[int, int]], cycles: int) -> str:
         .re(re{i}), .raddr(ra{i}), .rdata(dut{i}));
     ref_sram #(.DEPTH({d}), .WIDTH({w})) ref_{i} (.clk(clk), .we(we{i}), .waddr(wa{i}), .wdata(wd{i}), .wstrb(ws{i}),
         .re(re{i}), .raddr(ra{i}), .rdata(ref{i}));""")
+        enables = (f"we{i} = $urandom % 2; re{i} = $urandom % 2;" if collide
+                   else f"we{i} = ($urandom % 3) == 0; re{i} = !we{i} && ($urandom % 2);")
+        raddr = f"($urandom % 3 == 0) ? wa{i} : $urandom % {d}" if collide else f"$urandom % {d}"
         # first a full write of every word (contents start undefined), then random traffic
         drive.append(f"""            if (cycle < {d}) begin we{i} = 1; re{i} = 0; wa{i} = cycle; ws{i} = {{{nb}{{1'b1}}}};
-            end else begin we{i} = ($urandom % 3) == 0; re{i} = !we{i} && ($urandom % 2); wa{i} = $urandom % {d};
-                ws{i} = $urandom; end
-            ra{i} = $urandom % {d}; wd{i} = {{($urandom), ($urandom)}};""")
+            end else begin {enables} wa{i} = $urandom % {d}; ws{i} = {_random_bits(nb)}; end
+            ra{i} = {raddr}; wd{i} = {_random_bits(w)};""")
         check.append(f"""            if (re{i}) begin valid{i} = 1; reads = reads + 1; end
+            if (re{i} && we{i} && ra{i} == wa{i}) collisions = collisions + 1;
             if (valid{i} && dut{i} !== ref{i}) begin
-                if (errors < 5) $display("MISMATCH {d}x{w} cycle %0d: wrapper %h model %h", cycle, dut{i}, ref{i});
+                if (errors < 5) $display("MISMATCH {d}x{w} cycle %0d: dut %h model %h", cycle, dut{i}, ref{i});
                 errors = errors + 1; end""")
     return TB.format(decls="\n".join(decls), drive="\n".join(drive), check="\n".join(check), cycles=cycles)
 
 
-def test_sram_wrappers_match_the_model(tmp_path):
-    """Shapes that exercise one macro, width tiles with unused bits, and depth tiles with a read mux."""
-    sizes = macro_sizes(find_pdk().fakerams)
-    shapes = [(64, 32), (64, 40), (4096, 32), (40, 24)]
-    maps = {s: map_sram(f"t{s[0]}x{s[1]}", *s, sizes) for s in shapes}
-    print(f"seed {SEED}: " + ", ".join(f"{d}x{w}->{m.rows}x{m.cols} {m.macro.name}" for (d, w), m in maps.items()))
-    assert any(m.rows > 1 for m in maps.values()) and any(m.cols > 1 for m in maps.values())
+def _run_bench(tmp_path: Path, dut: str, bench: str) -> tuple[int, int, int, str]:
+    """(reads, collisions, errors, output) of the bench against verification/models/msh_sram.v."""
     model = (REPO / "verification" / "models" / "msh_sram.v").read_text().replace("module msh_sram", "module ref_sram")
-    rams = sorted({(m.macro.depth, m.macro.width) for m in maps.values()})
-    (tmp_path / "dut.v").write_text(orfs.sram_dispatch(shapes) + "".join(orfs.sram_wrapper(maps[s]) for s in shapes)
-                                    + "".join(fakeram_model(*r) for r in rams))
+    (tmp_path / "dut.v").write_text(dut)
     (tmp_path / "ref.v").write_text(model)
-    (tmp_path / "tb.v").write_text(_sram_bench(shapes, 12000))
-    r = _verilator(["--binary", "-Wno-fatal", "-Wno-WIDTH", "--top-module", "tb", "-j", "4", "-CFLAGS", "-fcoroutines",
+    (tmp_path / "tb.v").write_text(bench)
+    r = _verilator(["--binary", "-Wno-fatal", "-Wno-WIDTH", "--top-module", "tb", "-j", "2", "-CFLAGS", "-fcoroutines",
                     "tb.v", "dut.v", "ref.v"], tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
     run = subprocess.run([str(tmp_path / "obj_dir" / "Vtb"), f"+verilator+seed+{SEED}"], capture_output=True,
                          text=True, cwd=tmp_path)
-    out = run.stdout
-    m = re.search(r"DONE reads=(\d+) errors=(\d+)", out)
-    assert m, out[-2000:] + run.stderr[-2000:]
-    assert int(m[2]) == 0, out[-2000:]
-    assert int(m[1]) > 10000
+    m = re.search(r"DONE reads=(\d+) collisions=(\d+) errors=(\d+)", run.stdout)
+    assert m, run.stdout[-2000:] + run.stderr[-2000:]
+    return int(m[1]), int(m[2]), int(m[3]), run.stdout
+
+
+@pytest.fixture(scope="module")
+def lib():
+    return storage_lib(find_pdk(), REPO / "build" / "pdk_cache")
+
+
+def test_sram_wrappers_match_the_model(tmp_path, lib):
+    """Shapes that exercise one macro, width tiles with unused bits, and depth tiles with a read mux."""
+    shapes = [(64, 32), (64, 40), (4096, 32), (40, 24)]
+    maps = {s: map_sram(f"t{s[0]}x{s[1]}", *s, lib) for s in shapes}
+    print(f"seed {SEED}: " + ", ".join(f"{d}x{w}->{m.rows}x{m.cols} {m.macro.name}" for (d, w), m in maps.items()))
+    assert all(m.impl == "macros" for m in maps.values())
+    assert any(m.rows > 1 for m in maps.values()) and any(m.cols > 1 for m in maps.values())
+    rams = sorted({(m.macro.depth, m.macro.width) for m in maps.values()})
+    dut = (orfs.sram_dispatch(shapes) + "".join(orfs.sram_wrapper(maps[s]) for s in shapes)
+           + "".join(fakeram_model(*r) for r in rams))
+    reads, collisions, errors, out = _run_bench(tmp_path, dut, _sram_bench(shapes, 12000))
+    assert errors == 0, out[-2000:]
+    assert reads > 10000 and collisions == 0
     assert "read and write in one cycle" not in out
 
 
-def test_collision_is_reported_in_simulation(tmp_path):
-    m = map_sram("t", 64, 32, macro_sizes(find_pdk().fakerams))
+def test_collision_is_reported_in_simulation(tmp_path, lib):
+    m = map_sram("t", 64, 32, lib)
     assert "read and write in one cycle" in orfs.sram_wrapper(m)
     assert "`ifndef SYNTHESIS" in orfs.sram_wrapper(m)
+
+
+# (depth, width) of flip-flop arrays: the issue's 2 x 512, the last flip-flop depths at 32, 24 and 8 bits
+FLOP_SHAPES = [(2, 512), (3, 32), (4, 24), (10, 8)]
+
+
+def test_flop_srams_match_the_model(tmp_path, lib):
+    """The flip-flop arrays against verification/models/msh_sram.v cycle by cycle: reads and writes in any
+    cycle, a third of the reads at the address written in that cycle (old word), random byte strobes,
+    rdata held while re is low."""
+    maps = {s: map_sram(f"t{s[0]}x{s[1]}", *s, lib) for s in FLOP_SHAPES}
+    assert all(m.impl == "flops" for m in maps.values()), {s: m.impl for s, m in maps.items()}
+    dut = orfs.sram_dispatch(FLOP_SHAPES) + "".join(orfs.sram_flops(maps[s]) for s in FLOP_SHAPES)
+    reads, collisions, errors, out = _run_bench(tmp_path, dut, _sram_bench(FLOP_SHAPES, 6000, collide=True))
+    print(f"seed {SEED}: {reads} reads, {collisions} at the address written in the same cycle, {errors} mismatches")
+    assert errors == 0, out[-2000:]
+    assert reads > 10000 and collisions > 1000
+
+
+YOSYS_AREA = """\
+import json, sys
+from pyosys import libyosys as ys
+liberty, src, top, out = sys.argv[1:]
+d = ys.Design()
+for c in [f"read_verilog -defer -sv {src}", f"hierarchy -check -top {top}", "synth -flatten",
+          f"dfflibmap -liberty {liberty}", "opt", f"abc -D 10000 -liberty {liberty}", "opt_clean",
+          f"tee -q -o {out} stat -json -liberty {liberty}"]:
+    ys.run_pass(c, d)
+"""
+
+
+def _yosys_area(tmp_path: Path, verilog: str, top: str) -> float:
+    """Cell area (um2) of ``top`` after Yosys + ABC on the typical Nangate45 liberty."""
+    liberty = find_pdk().plain_liberty("typical", REPO / "build" / "pdk_cache")
+    (tmp_path / f"{top}.v").write_text(verilog)
+    r = subprocess.run([sys.executable, "-c", YOSYS_AREA, str(liberty), str(tmp_path / f"{top}.v"), top,
+                        str(tmp_path / f"{top}.json")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    stat = json.loads((tmp_path / f"{top}.json").read_text())
+    return float(stat["modules"][f"\\{top}"]["area"])
+
+
+@pytest.mark.parametrize("depth,width", [(3, 32), (4, 32), (2, 512)], ids=["3x32", "4x32", "2x512"])
+def test_flop_area_estimate_matches_yosys(tmp_path, lib, depth, width):
+    """The threshold's flip-flop area against what Yosys + ABC make of sram_flops, on both sides of the
+    threshold at 32 bits: within 2 %, and Yosys's own area makes the same choice."""
+    m = map_sram("t", depth, width, lib)
+    flops = orfs.sram_flops(dataclasses.replace(m, impl="flops"))
+    area = _yosys_area(tmp_path, flops, orfs.sram_module_name(depth, width))
+    print(f"{depth}x{width}: estimate {m.flop_um2:.1f} um2, Yosys {area:.1f} um2, macro option {m.macro_option_um2:.1f}")
+    assert area == pytest.approx(m.flop_um2, rel=0.02)
+    assert (area < m.macro_option_um2) == (m.impl == "flops")
+
+
+# A design with one of each storage kind the issue met: a ROM table of 513 words (Yosys makes it 1024 x 24
+# bits, over ORFS's default SYNTH_MEMORY_MAX_BITS of 4096), an msh_sram cheaper as flip-flops (2 x 512) and
+# one that stays a macro (4 x 32 on a fakeram45_32x32).
+STORAGE_V = """\
+module storage_mix (
+    input  wire         clk,
+    input  wire         we,
+    input  wire         re,
+    input  wire [9:0]   a,
+    input  wire [511:0] d,
+    input  wire [63:0]  s,
+    output wire [23:0]  t1,
+    output wire [23:0]  t2,
+    output wire [511:0] q,
+    output wire [31:0]  r
+);
+    msh_rom #(.DEPTH(513), .WIDTH(24), .INIT_FILE("rtl/roms/big.hex")) big_rom (
+        .raddr1(a), .rdata1(t1), .raddr2(~a), .rdata2(t2));
+    msh_sram #(.DEPTH(2), .WIDTH(512)) wide_sram (.clk(clk), .we(we), .waddr(a[0]), .wdata(d), .wstrb(s),
+        .re(re), .raddr(a[1]), .rdata(q));
+    msh_sram #(.DEPTH(4), .WIDTH(32)) small_sram (.clk(clk), .we(we), .waddr(a[1:0]), .wdata(d[31:0]),
+        .wstrb(s[3:0]), .re(re), .raddr(a[3:2]), .rdata(r));
+endmodule
+"""
+
+
+@pytest.fixture(scope="module")
+def storage(tmp_path_factory):
+    """storage_mix synthesised and turned into an ORFS design. Its folder is not called rtl/, so INIT_FILE's
+    rtl/roms/big.hex is found as <folder>/roms/big.hex, as for build/rtl/<name>/."""
+    root = tmp_path_factory.mktemp("storage")
+    rtl = root / "chip-storage"
+    (rtl / "roms").mkdir(parents=True)
+    rng = random.Random(SEED)
+    words = [rng.randrange(1 << 24) for _ in range(513)]
+    (rtl / "roms" / "big.hex").write_text("\n".join(f"{w:06x}" for w in words) + "\n")
+    (rtl / "storage_mix.v").write_text(STORAGE_V)
+    (rtl / "storage_mix.f").write_text("storage_mix.v\n")
+    (rtl / "config.json").write_text(json.dumps({"top": "storage_mix", "block": "storage_mix"}))
+    synth = synthesize(rtl, root / "synth")
+    desc = orfs.generate(root / "synth", rtl, root / "orfs")
+    return {"root": root, "rtl": rtl, "synth": synth, "desc": desc, "words": words, "dir": Path(desc["design_dir"])}
+
+
+def test_synth_memory_max_bits_is_the_largest_rom(storage, design):
+    if shutil.which("make") is None:
+        pytest.skip("GNU make is not installed")
+    v = make_vars(storage["dir"], ["SYNTH_MEMORY_MAX_BITS"])
+    assert v["SYNTH_MEMORY_MAX_BITS"] == str(1024 * 24)       # 513 words need 10 address bits
+    assert storage["desc"]["synth_memory_max_bits"] == {"value": 1024 * 24, "rom": "msh_rom_big_513x24"}
+    # mac_sram's only table, 64 x 8 = 512 bits, fits ORFS's default: config.mk states only what differs
+    assert "SYNTH_MEMORY_MAX_BITS" not in (design["dir"] / "config.mk").read_text()
+    assert design["desc"]["synth_memory_max_bits"] == {"value": None, "default": orfs.ORFS_SYNTH_MEMORY_MAX_BITS}
+    # the ROM table comes from the folder's roms/big.hex, word for word
+    assert storage["desc"]["roms"][0]["source"] == str((storage["rtl"] / "roms" / "big.hex").resolve())
+    text = (storage["dir"] / "src" / "msh_macros.v").read_text()
+    body = text[text.index("module msh_rom_big_513x24"):]
+    assert [int(v, 16) for v in re.findall(r"10'd\d+: lookup = 24'h([0-9a-f]+);", body)] == storage["words"]
+
+
+def test_storage_mapping(storage):
+    maps = {m["path"].split(".")[-1]: m for m in storage["desc"]["mappings"]}
+    assert maps["wide_sram"]["impl"] == "flops" and maps["wide_sram"]["alternative"] == "16 x fakeram45_32x32"
+    assert maps["small_sram"]["impl"] == "macros" and maps["small_sram"]["macro"] == "fakeram45_32x32"
+    assert maps["big_rom"]["impl"] == "logic"
+    assert storage["desc"]["srams_as_flops"] == [maps["wide_sram"]["path"]]
+    assert sorted(storage["desc"]["fakerams"]) == ["fakeram45_32x32"]
+    fp = json.loads((storage["dir"] / "floorplan.json").read_text())
+    assert fp["std_cell_area_parts_um2"]["sram_flops_estimate"] == pytest.approx(maps["wide_sram"]["flop_um2"], abs=1e-3)
+    assert len(fp["packing"]["boxes"]) == 1
+
+
+ORFS_YOSYS = """\
+import json, sys
+from pyosys import libyosys as ys
+top, out, *files = sys.argv[1:]
+d = ys.Design()
+def run(*cmds):
+    for c in cmds:
+        ys.run_pass(c, d)
+run(*[f"read_liberty -lib {f}" for f in files if f.endswith(".lib")],
+    *[f"read_verilog -defer -sv {f}" for f in files if f.endswith(".v")],
+    f"hierarchy -check -top {top}",
+    # flow/scripts/synth.tcl with SYNTH_HIERARCHICAL=1, up to the memory check (mem.json, mem_dump.py)
+    "synth -run :fine", "keep_hierarchy", "synth -flatten -run coarse:fine", f"json -o {out}/mem.json",
+    # then the rest of generic synthesis
+    "setattr -mod -unset keep_hierarchy", "flatten", f"synth -top {top} -run fine:check -noabc",
+    f"tee -q -o {out}/stat.json stat -json")
+"""
+
+
+def test_orfs_yosys_accepts_the_design(storage, tmp_path):
+    """The generated design through the Yosys steps of ORFS's synth.tcl: every memory Yosys makes is a ROM
+    table within SYNTH_MEMORY_MAX_BITS (ORFS's mem_dump.py rule: SIZE x WIDTH per memory) and some exceed
+    ORFS's default (the issue); the 2 x 512 array is flip-flops, not a memory; afterwards no memory is left
+    and the one macro is the fakeram45 cell. The emitted files lint clean in Verilator."""
+    src = storage["dir"] / "src"
+    libs = [v["lib"] for v in storage["desc"]["fakerams"].values()]
+    r = subprocess.run([sys.executable, "-c", ORFS_YOSYS, "storage_mix", str(tmp_path), *libs,
+                        *[str(f) for f in sorted(src.glob("*.v"))]], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    limit = storage["desc"]["synth_memory_max_bits"]["value"]
+    mems = [(name, c) for mod in json.loads((tmp_path / "mem.json").read_text())["modules"].values()
+            for name, c in mod["cells"].items() if c["type"].startswith("$mem")]
+    sizes = [(int(c["parameters"]["SIZE"], 2), int(c["parameters"]["WIDTH"], 2), int(c["parameters"]["WR_PORTS"], 2))
+             for _, c in mems]
+    print("memories before mapping (size, width, write ports):", sizes)
+    assert sizes and all(wr == 0 for _, _, wr in sizes), sizes                 # ROMs only
+    # the random table uses all 24 bits, so Yosys's largest memory is exactly the bound config.mk sets
+    assert max(n * w for n, w, _ in sizes) == limit > orfs.ORFS_SYNTH_MEMORY_MAX_BITS   # the default would stop
+    cells = json.loads((tmp_path / "stat.json").read_text())["modules"]["\\storage_mix"]["num_cells_by_type"]
+    assert not any(t.startswith("$mem") for t in cells), cells
+    assert cells.get("fakeram45_32x32") == 1
+    assert sum(n for t, n in cells.items() if "DFF" in t) >= 2 * 512 + 512     # the array and its rdata register
+    stubs = tmp_path / "fakeram.v"
+    stubs.write_text(fakeram_model(32, 32))
+    r = _verilator(["--lint-only", "-Wall", "-Wno-DECLFILENAME", "-Wno-UNUSEDSIGNAL", "--top-module", "storage_mix",
+                    str(src / "storage_mix.v"), str(src / "msh_macros.v"), str(stubs)], tmp_path)
+    assert r.returncode == 0, r.stderr
+
+
+def test_local_placement_maps_alike(storage, lib, tmp_path):
+    """flow.place's placement objects from the same mapping: the 2 x 512 array gets no macros (its flip-flops
+    are not in the synthesised netlist, like the ROM tables), 4 x 32 its one fakeram45_32x32."""
+    pdk = find_pdk()
+    synth = storage["root"] / "synth"
+    files = storage["synth"]["files"]
+    module = flatten(synth / files["sta_rtlil"], synth / files["macro_modules"], "storage_mix",
+                     pdk.plain_liberty("typical", REPO / "build" / "pdk_cache"), tmp_path)
+    d = build_design(module, "storage_mix", _read_lefs(pdk), lib)
+    assert d.flop_srams == ["wide_sram"] and d.roms == ["big_rom"]       # paths as OpenSTA sees them
+    assert d.comp_master[d.n_std:] == ["fakeram45_32x32"]
+    impl = {m.path: (m.impl, m.macro.name if m.macro else None) for m in d.mappings}
+    assert impl == {"wide_sram": ("flops", None), "small_sram": ("macros", "fakeram45_32x32"), "big_rom": ("logic", None)}
+
+
+def test_chip_presets_need_the_raised_limit():
+    """The tiny and nano chips' largest tables (513 x 24) are what SYNTH_MEMORY_MAX_BITS is set from: 24,576."""
+    from hw.chip_top import chip_build
+    from hw.params import preset
+    for name in ("tiny", "nano"):
+        roms = [orfs.Rom(i.depth, i.width, i.file, Path(i.file), tuple(i.words)) for i in chip_build(preset(name)).rom_images]
+        bits, rom = orfs.synth_memory_max_bits(roms)
+        print(f"{name}: SYNTH_MEMORY_MAX_BITS {bits} from {rom.depth} x {rom.width} ({rom.init_file})")
+        assert bits == max(orfs.rom_memory_bits(r.depth, r.width) for r in roms) > orfs.ORFS_SYNTH_MEMORY_MAX_BITS
 
 
 def test_run_without_docker_or_flow_home_says_what_to_install(design, monkeypatch, tmp_path, capsys):
