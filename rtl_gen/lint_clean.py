@@ -6,7 +6,7 @@ beside its reset, and writes operators whose operands are narrower or wider than
 result, all of which are legal Verilog that Verilator's style rules flag. This module runs on a
 pyosys design instead:
 
-* ``proc`` (processes become multiplexers), ``opt_clean -purge``, ``wreduce``, ``pmuxtree``;
+* ``proc -norom`` (processes become multiplexers; a constant table stays logic: SPEC §5 forbids arrays), ``opt_clean -purge``, ``wreduce``, ``pmuxtree``;
 * register initial values are dropped: the chip relies on ``rst_n`` only (SPEC §7 checks outputs are
   byte-identical from a random initial state), so an ``initial`` value would only hide a missing reset;
 * ``normalise_widths``: every operator cell gets operands exactly as wide as Verilog evaluates them
@@ -37,7 +37,7 @@ _REDUCE = {"$reduce_and", "$reduce_or", "$reduce_xor", "$reduce_xnor", "$reduce_
 _LEFT_SHIFT = {"$shl", "$sshl"}
 _RIGHT_SHIFT = {"$shr", "$sshr", "$shift", "$shiftx"}
 
-PASSES = ("proc", "opt_clean -purge", "wreduce", "opt_clean -purge", "pmuxtree", "opt_clean -purge")
+PASSES = ("proc -norom", "opt_clean -purge", "wreduce", "opt_clean -purge", "pmuxtree", "opt_clean -purge")
 
 
 def _id(name: str) -> ys.IdString:

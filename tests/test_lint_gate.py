@@ -6,11 +6,15 @@ from its parent. The gate: zero errors, at most 40 warnings. The nano emission t
 """
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from hw.params import preset
 from rtl_gen.emit import emit
 from verification.lint import MAX_WARNINGS, passes, spec_lint
+
+ARRAY = re.compile(r"^\s*reg\b(?:\s*\[[^\]]*\])?\s*\S+\s*\[[^\]]*\]\s*;", re.M)     # reg [w] name [depth]: an inferred memory
 
 
 @pytest.mark.parametrize("chip", ["tiny", "nano"])
@@ -20,6 +24,8 @@ def test_emitted_chip_meets_the_lint_gate(chip, tmp_path):
     assert command.startswith(f"(cd {tmp_path} && verilator --lint-only -Wall -Wno-fatal --top-module msh_chip_top")
     warnings = "\n".join(ln for ln in result.output.splitlines() if ln.startswith("%"))
     assert passes(result), f"{chip}: {result.errors} errors, {result.warnings} warnings > {MAX_WARNINGS}\n{warnings}"
+    arrays = ARRAY.findall((tmp_path / "rtl" / "msh_chip_top.v").read_text())
+    assert not arrays, f"SPEC §5 forbids on-chip arrays other than msh_sram / msh_rom: {arrays[:3]}"
 
 
 def test_gate_fails_over_the_limit(tmp_path):
