@@ -45,8 +45,9 @@ def save(fig, ax, path: Path, dpi: int = 100) -> dict:
     return drawn
 
 
-def mm2(um2: float) -> float:
-    return um2 / 1e6
+def area_text(um2: float) -> str:
+    """mm² to 3 digits; µm² below 0.001 mm² (a block, a lone buffer) rather than 7.98e-07 mm²."""
+    return f"{um2 / 1e6:.3g} mm²" if um2 >= 1e3 else f"{um2:,.1f} µm²"
 
 
 # ---------------------------------------------------------------------------------------------- area
@@ -73,8 +74,8 @@ def _stacked_barh(ax, rows: list[tuple], labels: list[str], colors: list[str], u
         ax.barh(names, vals, left=left, color=color, label=label)
         left = [a + b for a, b in zip(left, vals)]
     for y, total in enumerate(left):
-        ax.text(total, y, f" {total:.3g}", va="center", fontsize=8)
-    ax.set_xlim(0, 1.45 * max(left, default=1.0) or 1.0)          # room for the labels and the legend
+        ax.text(total, y, f" {area_text(total * unit)}", va="center", fontsize=8)
+    ax.set_xlim(0, 1.5 * max(left, default=1.0) or 1.0)          # room for the labels and the legend
 
 
 def fig_area(stages: dict, path: Path) -> dict | None:
@@ -120,7 +121,7 @@ def _macro_bits(stages: dict) -> tuple[list[tuple[str, str, int]], str | None]:
         for m in inst:
             key = (eng.of_macro(m["path"]), m["type"])
             grouped[key] = grouped.get(key, 0) + m["bits"]
-        return [(f"{e} ({t.removeprefix('msh_')}s)", t, b) for (e, t), b in grouped.items()], "synth"
+        return [(f"{e}, {'SRAMs' if t == 'msh_sram' else 'ROMs'}", t, b) for (e, t), b in grouped.items()], "synth"
     if blocks:
         kinds = (("msh_sram", "sram_bits"), ("msh_rom", "rom_bits"))
         rows = [(b["block"], t, b[k]) for b in blocks["blocks"] for t, k in kinds if b.get(k)]
@@ -138,7 +139,7 @@ def fig_bits(stages: dict, path: Path) -> dict | None:
     fig, ax = plt.subplots(figsize=(8, 0.32 * len(rows) + 1.8))
     ax.barh([r[0] for r in rows], [r[2] for r in rows], color=[COLORS[r[1]] for r in rows])
     for y, (_, _, bits) in enumerate(rows):
-        ax.text(bits, y, f" {bits:,} b = {bits / 2**20 * UM2_PER_MIBIT / 1e6:.3g} mm²", va="center", fontsize=8)
+        ax.text(bits, y, f" {bits:,} b = {area_text(bits / 2**20 * UM2_PER_MIBIT)}", va="center", fontsize=8)
     total = sum(r[2] for r in rows)
     ax.set_xlabel("size (bits, DEPTH × WIDTH)")
     per_instance = source == "synth" and len(stages["synth"]["data"]["macros"]["instances"]) <= 30

@@ -22,11 +22,14 @@ from pdk_config import PdkError, find_pdk
 
 RASTER_PIXELS = 1000          # the raster's longer side; a pixel is never smaller than MIN_PIXEL_UM
 MIN_PIXEL_UM = 0.2
-MAX_ENGINES = 19              # more engines than this: the smallest share one "(others)" colour
+# tab20 without its greys (14, 15), dark shades first: greys are for what is outside the engines
+ENGINE_COLOURS = (0, 2, 4, 6, 8, 10, 12, 16, 18, 1, 3, 5, 7, 9, 11, 13, 17, 19)
+OUTSIDE_GREYS = {OUTSIDE: 0.45, "(others)": 0.6, "(net-repair buffers)": 0.15}      # anything else "(...)": 0.72
 LAYOUT_PIXELS = 1600          # KLayout image, longer side
 MARGIN = 0.02                 # around the die, of its size
 PLACED = re.compile(r"\+ (?:PLACED|FIXED) \( (-?\d+) (-?\d+) \)")
 TILE = re.compile(r"/ram_\d+_\d+$")         # flow/place.py names an msh_sram's fakeram45 tiles <path>/ram_<r>_<c>
+REPAIR_BUFFER = "repair_buf_"                 # flow/repair.py's name for the buffers it adds (top level)
 
 
 def _lef_sizes(pdk) -> dict[str, tuple[float, float]]:
@@ -72,25 +75,24 @@ def read_def(path: Path) -> dict:
 
 
 def _grouping(stages: dict, top: str):
-    """(engine of a DEF instance name, how the cells are grouped) from synth.json when it describes this top."""
+    """(engine of a DEF instance name, how the cells are grouped) from synth.json when it describes this top;
+    the buffers placement's net repair added (tens of thousands on the chip) are a group of their own."""
     syn = stages["synth"]["data"]
     if syn and syn["top"] == top:
         eng = Engines.from_synth(syn)
-        return (lambda name: eng.of(name, "/")), "engine (synthesis hierarchy)"
-    return (lambda name: name.split("/")[0] if "/" in name else OUTSIDE), "top-level instance (no synth.json of it)"
+        of, key = (lambda name: eng.of(name, "/")), "engine (synthesis hierarchy)"
+    else:
+        of, key = (lambda name: name.split("/")[0] if "/" in name else OUTSIDE), "top-level instance (no synth.json)"
+    return (lambda name: "(net-repair buffers)" if name.startswith(REPAIR_BUFFER) else of(name)), key
 
 
 def _colours(names: list[str]) -> dict[str, tuple]:
-    """Distinct colours, in the order given (largest first); the top level and own logic in greys."""
-    plt = plt_()
-    cmap = plt.get_cmap("tab20")
-    out, k = {}, 0
+    """A distinct colour per engine, in the order given (largest first); greys for what is outside them."""
+    cmap = plt_().get_cmap("tab20")
+    engines, out = iter(ENGINE_COLOURS), {}
     for n in names:
-        if n.startswith("("):
-            out[n] = (0.45, 0.45, 0.45, 1.0) if n == OUTSIDE else (0.7, 0.7, 0.7, 1.0)
-        else:
-            out[n] = cmap((2 * k) % 20 + (2 * k // 20) % 2)     # the dark shades first, then the pale ones
-            k += 1
+        grey = OUTSIDE_GREYS.get(n, 0.72)
+        out[n] = (grey, grey, grey, 1.0) if n.startswith("(") else cmap(next(engines))
     return out
 
 
@@ -166,8 +168,16 @@ def fig_placement(stages: dict, path: Path) -> dict | None:
         return {"skipped": f"{def_file} places masters no PDK LEF defines: {unknown[:5]}"}
     dbu, (dx0, dy0, dx1, dy1) = d["dbu"], d["die"]
     engine_of, key = _grouping(stages, place["top"])
-    dirs: dict[str, str] = {}                   # instance folder -> engine: one lookup per folder, not per cell
-    eng = [dirs.setdefault(n.rpartition("/")[0], engine_of(n)) for n in d["names"]]
+    folders: dict[str, str] = {}                # instance folder -> engine: one lookup per folder, not per cell
+
+    def group(name: str) -> str:
+        folder = name.rpartition("/")[0]
+        if not folder:                          # top level: repair buffers or not, name by name
+            return engine_of(name)
+        if folder not in folders:
+            folders[folder] = engine_of(name)
+        return folders[folder]
+    eng = [group(n) for n in d["names"]]
     is_macro = np.array([m.startswith("fakeram") for m in d["masters"]])
     w = np.array([sizes[m][0] for m in d["masters"]])
     h = np.array([sizes[m][1] for m in d["masters"]])
@@ -176,10 +186,11 @@ def fig_placement(stages: dict, path: Path) -> dict | None:
     for e, a, mac in zip(eng, w * h, is_macro):
         area[e] = area.get(e, 0.0) + (0.0 if mac else a)
     order = sorted(area, key=lambda e: (e.startswith("("), -area[e]))       # the engines, then what is outside them
-    if len(order) > MAX_ENGINES:
-        keep = set(order[:MAX_ENGINES - 1])
-        eng = [e if e in keep else "(others)" for e in eng]
-        order = order[:MAX_ENGINES - 1] + ["(others)"]
+    named = [e for e in order if not e.startswith("(")]
+    if len(named) > len(ENGINE_COLOURS):                                      # the smallest share one grey
+        rest = set(named[len(ENGINE_COLOURS) - 1:])
+        eng = [e if e not in rest else "(others)" for e in eng]
+        order = [e for e in order if e not in rest] + ["(others)"]
     index = {e: i for i, e in enumerate(order)}
     groups = np.array([index[e] for e in eng])
     W, H = (dx1 - dx0) / dbu, (dy1 - dy0) / dbu
@@ -230,7 +241,8 @@ def fig_placement(stages: dict, path: Path) -> dict | None:
     labels = ("" if not boxes else f", all {written} labelled" if written == len(boxes) else
               f", {written} of {len(boxes)} labelled (the rest have no room for their name)")
     return {"caption": f"Placement of `{place['top']}` ({def_file.name}): standard cells coloured by engine, paler "
-                       f"where the rows are sparse; macros hatched in their engine's colour{labels}",
+                       f"where the rows are sparse, greys outside the engines (net-repair buffers darkest); "
+                       f"macros hatched in their engine's colour{labels}",
             "commands": [stages["place"]["command"]], **drawn}
 
 

@@ -197,7 +197,8 @@ def placed_text(p: dict) -> str:
                 "unknown")
     if p["status"] == "no period":
         return f"the post-placement STA ({p['path']}) has no shortest period at any corner"
-    where = f"{p['corner']} corner's shortest period after placement is {p['min_period_ns']:.3f} ns ({p['mhz']:.1f} MHz)"
+    where = (f"{p['corner']} corner's shortest period after placement is {p['min_period_ns']:.3f} ns "
+             f"({p['mhz']:.1f} MHz)")
     if p["tokens_per_s"] is None:
         return f"not measured yet; the {where}"
     if p["closes"]:

@@ -351,7 +351,7 @@ def test_chip_report_draws_every_figure_titled_and_captioned(tmp_path):
     assert area["y_label"] == "engine (instance under msh_chip_top.core)" and area["x_label"] == "area (mm²)"
     place = figs["placement.png"]
     assert place["legend"] == ["core.mac: 3 cells, 1 macros", "core.kda: 2 cells, 1 macros", "core.mla: 1 cells",
-                               "(top level): 2 cells", "(core own logic): 1 cells",   # engines first, largest first
+                               "(core own logic): 1 cells", "(net-repair buffers): 1 cells", "(top level): 1 cells",
                                "macro (fakeram45), in its engine's colour", "I/O pins"]
     assert place["title"].startswith("msh_chip_top: placement, 9 cells coloured by engine, 2 macros, die 80 × 70 µm")
     assert place["legend"] and figs["layout.png"]["title"].startswith("msh_chip_top: layout of the placed cells")
@@ -402,6 +402,7 @@ def test_place_and_blocks(tmp_path):
     figs = {f["file"]: f for f in report["figures"]}
     assert figs["placement.png"]["legend"][:2] == ["lane0: 2 cells, 1 macros", "(top-level logic): 1 cells"]
     assert figs["placement.png"]["caption"].endswith("macros hatched in their engine's colour, all 1 labelled")
+    assert figs["placement.png"]["title"] == "mac_sram: placement, 3 cells coloured by engine, 1 macros, die 120 × 103 µm"
     assert figs["layout.png"]["legend"] == ["metal1.drawing - 11/0", "comment.drawing - 239/0"]
     assert figs["layout.png"]["x_label"] == "x (µm)" and "mac_sram: layout" in figs["layout.png"]["title"]
     slack = next(f for f in report["figures"] if f["file"] == "slack_by_corner.png")
