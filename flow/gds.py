@@ -49,10 +49,11 @@ def write_gds(path: Path, cell_gds: Path, d, fp, xs, ys, orient, lef) -> None:
 
 
 def _groups(d) -> tuple[list[str], str]:
-    """Colour key per standard cell: top-level instance, or cell kind for a one-module design."""
+    """Colour key per standard cell: its group (top-level instance, or its region in the region flow), or cell
+    kind for a one-module design."""
     names = d.comp_group[:d.n_std]
     if len(set(names)) > 1:
-        return names, "top-level instance"
+        return names, d.group_kind
     kinds = []
     for m in d.comp_master[:d.n_std]:
         kinds.append("flip-flop" if m.startswith(("DFF", "SDFF", "DLH", "DLL")) else

@@ -1,27 +1,28 @@
 """Placement of the synthesised netlist on Nangate45 rows with coloquinte, then post-placement timing.
 
     python -m flow.place [--synth build/synth] [--out build/place] [--utilization 0.6] [--effort 1]
+                         [--flat] [--jobs N]
 
 Steps (ARCHITECTURE.md, "Physical implementation"):
 
-1. netlist: Yosys (pyosys, in a child process) reads ``<top>.sta.il`` (the RTLIL twin of the STA netlist
-   ``<top>.sta.v``) and the macros' empty modules ``<top>.macros.v`` as black boxes, and flattens the
-   hierarchy; names stay those OpenSTA sees in ``<top>.sta.v`` (``lane0/_0644_``);
-2. macros: every ``msh_sram`` becomes its grid of fakeram45 macros (flow/macro_map.py); every ``msh_rom``,
-   and every ``msh_sram`` small enough to be cheaper as flip-flops, maps to logic that this netlist does
-   not contain yet (its pins are left unplaced, and noted);
-3. floorplan: the macros, each with a keep-out ring, are packed in shelves from the bottom-left corner
-   (``FIXED``); the standard-cell rows fill the rest (a row stops at a keep-out and resumes after it),
-   enough of them for ``--utilization``. The core is square when the macros allow it. Inputs are spread over the left and top edges, outputs over the
-   right and bottom ones, in port order;
-4. placement: coloquinte global placement; then (unless ``--no-repair``) every net with more than
-   flow/repair.py's ``MAX_FANOUT`` sinks loses synthesis' buffer tree and gets one clustered by the
-   sinks' global-placement positions, buffers sized by load (OpenROAD's repair_design, simplified);
-   then legalisation and detailed placement on the rows (alternate rows flipped, ``FS``; cells widened
-   to ``PLACER_DENSITY`` while placing so they spread evenly); x is then snapped to the site grid. Nets
-   with more than ``MAX_PLACE_FANOUT`` pins (clock, reset) are not given to the placer, whose quadratic
-   model they would dominate;
-5. outputs: the placed flat netlist ``<top>.v`` (with the repaired trees; the DEF, SPEF and STA all use
+1. netlist (flow/place_netlist.py): Yosys flattens the STA netlist; every ``msh_sram`` becomes its grid of
+   fakeram45 macros (flow/macro_map.py); every ``msh_rom``, and every ``msh_sram`` small enough to be
+   cheaper as flip-flops, maps to logic that this netlist does not contain yet (its pins are left
+   unplaced, and noted);
+2. floorplan: by default one region per engine of the synthesis hierarchy, its macros at its edge,
+   engines that share many nets side by side (flow/floorplan.py); with ``--flat`` one core with the
+   macros packed from the lower-left corner (flow/place_flat.py). Either is written as
+   ``floorplan.json`` and drawn as ``floorplan.png`` (flow/floorplan_out.py);
+3. global placement: each region as its own coloquinte circuit with the other regions' pins as fixed
+   terminals, ``--jobs`` regions at a time (flow/regions.py); ``--flat``: one circuit of everything;
+4. net repair (unless ``--no-repair``): every net with more than flow/repair.py's ``MAX_FANOUT`` sinks
+   loses synthesis' buffer tree and gets one clustered by the sinks' global-placement positions, buffers
+   sized by load (OpenROAD's repair_design, simplified); a new buffer belongs to the region it lands in;
+5. legalisation and detailed placement on each region's rows (alternate rows flipped, ``FS``; cells
+   widened to ``PLACER_DENSITY`` while placing so they spread evenly); x is then snapped to the site grid.
+   Nets with more than ``MAX_PLACE_FANOUT`` pins (clock, reset) are not given to the placer, whose
+   quadratic model they would dominate;
+6. outputs: the placed flat netlist ``<top>.v`` (with the repaired trees; the DEF, SPEF and STA all use
    it), a placed DEF, wire parasitics estimated from the placed pins as SPEF (flow/parasitics.py),
    OpenSTA on every corner with them (flow/sta.py) and meanwhile a GDS of the placed cells and pictures
    (flow/gds.py), ``place.json`` and ``place.txt``.
@@ -32,401 +33,32 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import re
 import shutil
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from flow.cli import die_with_parent, publish, report_stage
-from flow.lefdef import DefComponent, DefPin, DefRow, Lef, LefError, read_lef, write_def
-from flow.macro_map import MACRO_HALO_UM, MacroMapError, Mapping, map_instance, storage_lib, table
+from flow.cli import die_with_parent, job_count, publish, report_stage
+from flow.floorplan import RegionPlan, region_floorplan
+from flow.floorplan_out import draw_floorplan, floorplan_json
+from flow.lefdef import DefComponent, DefPin, Lef, LefError, read_lef, write_def
+from flow.macro_map import MACRO_HALO_UM, MacroMapError, storage_lib, table
 from flow.parasitics import NetPins, RcModel, spef_header, steiner_factor, write_dnet
+from flow.place_flat import (MAX_PLACE_FANOUT, PLACER_DENSITY, Floorplan, floorplan, global_placement, legalize,
+                             pin_xy, snap_to_sites)
+from flow.place_netlist import (Design, PlaceError, build_design, flatten, flatten_worker, inst_path, net_names,
+                                progress)
+from flow.regions import GLOBAL, LEGAL, place_regions, reassign
 from flow.repair import RepairError, RepairResult, input_caps, repair, verify, write_verilog
 from flow.sta import StaError, run_sta
 from flow.synth import liberty_areas
 from pdk_config import PdkError, find_pdk
-from pdk_config.nangate45 import CORNERS, SITE
+from pdk_config.nangate45 import CORNERS
 
 REPO = Path(__file__).resolve().parent.parent
-PLACER_DENSITY = 0.9          # cells widened to fill this share of the rows while placing (even spread)
-MAX_PLACE_FANOUT = 1000        # nets above this many pins are ignored by the placer (still in DEF / SPEF)
-CORE_MARGIN_SITES = 10         # gap between die edge and rows, in sites (x) ...
-CORE_MARGIN_ROWS = 1           # ... and rows (y): room for the I/O pins
 PIN_LAYERS = {"left": "metal3", "right": "metal3", "top": "metal2", "bottom": "metal2"}
-MACRO_PIN = re.compile(r"^(msh_sram|msh_rom)_(\d+)x(\d+)$")
-SRAM_SCALAR_PINS = ("clk", "we", "re")      # every other msh_sram pin is a bus (flow/synth.py _macro_module)
-
-
-class PlaceError(RuntimeError):
-    """Placement could not run; the message says what is missing or wrong."""
-
-
-def progress(msg: str) -> None:
-    print(f"[place] {msg}", file=sys.stderr, flush=True)
-
-
-# ---------------------------------------------------------------------------------------------- netlist
-
-def flatten_worker(job_path: Path) -> int:
-    """Child process: the STA netlist (RTLIL, with its macros as empty Verilog modules), flattened, as Yosys JSON."""
-    from pyosys import libyosys as ys
-
-    job = json.loads(job_path.read_text())
-    d = ys.Design()
-    ys.run_pass(f"read_liberty -lib {job['liberty']}", d)
-    ys.run_pass(f"read_verilog -lib {job['macros']}", d)        # black boxes: macro instances survive `flatten`
-    ys.run_pass(f"read_rtlil {job['netlist']}", d)
-    ys.run_pass(f"hierarchy -top {job['top']}", d)
-    ys.run_pass("flatten", d)
-    ys.run_pass(f"write_json {job['json']}", d)
-    return 0
-
-
-def flatten(netlist: Path, macros: Path, top: str, liberty: Path, stage: Path) -> dict:
-    job = {"netlist": str(netlist.resolve()), "macros": str(macros.resolve()), "top": top,
-           "liberty": str(liberty.resolve()), "json": str((stage / "flat.json").resolve())}
-    (stage / "flatten.job.json").write_text(json.dumps(job))
-    with open(stage / "flatten.log", "w") as log:
-        proc = subprocess.run([sys.executable, "-m", "flow.place", "--flatten-worker", str(stage / "flatten.job.json")],
-                              stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
-    if proc.returncode != 0:
-        tail = (stage / "flatten.log").read_text(errors="replace").splitlines()[-10:]
-        raise PlaceError(f"Yosys could not flatten {netlist} (exit {proc.returncode}):\n" + "\n".join(tail))
-    progress(f"reading the flat netlist ({(stage / 'flat.json').stat().st_size / 1e6:,.0f} MB of Yosys JSON) ...")
-    flat = json.loads((stage / "flat.json").read_text())
-    (stage / "flat.json").unlink()                # large and derived: not kept
-    return flat["modules"][top]
-
-
-def _path(name: str, attrs: dict) -> str:
-    """The instance / net path OpenSTA uses: hierarchy levels joined by '/'."""
-    hdl = attrs.get("hdlname")
-    return "/".join(hdl.split(" ")) if hdl else name
-
-
-def _bit_names(module: dict) -> dict[int, str]:
-    """Net name per bit: the name at the highest hierarchy level (then a visible, then the shortest one)."""
-    best: dict[int, tuple] = {}
-    for name, nn in module["netnames"].items():
-        path = _path(name, nn.get("attributes", {}))
-        bits, offset, upto = nn["bits"], nn.get("offset", 0), nn.get("upto", 0)
-        for i, b in enumerate(bits):
-            if not isinstance(b, int):
-                continue
-            idx = offset + (len(bits) - 1 - i if upto else i)
-            full = path if len(bits) == 1 and offset == 0 else f"{path}[{idx}]"
-            key = (path.count("/"), nn.get("hide_name", 0), len(full), full)
-            if b not in best or key < best[b]:
-                best[b] = key
-    return {b: k[-1] for b, k in best.items()}
-
-
-def port_bit_name(pname: str, width: int, j: int) -> str:
-    return pname if width == 1 else f"{pname}[{j}]"
-
-
-def net_names(module: dict) -> dict[int, str]:
-    """A unique name per bit, as the flat netlist (flow/repair.py ``write_verilog``) declares it: a port
-    bit is named after the port (inputs first), every other bit as ``_bit_names`` chooses."""
-    names: dict[int, str] = {}
-    for pname, p in sorted(module["ports"].items(), key=lambda kv: kv[1]["direction"] != "input"):
-        for j, b in enumerate(p["bits"]):
-            if isinstance(b, int):
-                names.setdefault(b, port_bit_name(pname, len(p["bits"]), j))
-    used = set(names.values())
-    for b, name in _bit_names(module).items():
-        if b not in names:
-            while name in used:
-                name = f"{name}_{b}"
-            names[b] = name
-            used.add(name)
-    return names
-
-
-@dataclass
-class Design:
-    """The flat netlist as placement objects. Components: standard cells (movable) then macro tiles
-    (fixed); I/O pins separately. Each net pin: (object, pin name for DEF, offset x/y dbu, SPEF node or
-    None when OpenSTA does not see it as a leaf pin, drives the net)."""
-    top: str
-    comp_name: list[str] = field(default_factory=list)
-    comp_key: list[str] = field(default_factory=list)      # the cell's key in the flat Yosys module
-    comp_master: list[str] = field(default_factory=list)
-    comp_w: list[int] = field(default_factory=list)
-    comp_h: list[int] = field(default_factory=list)
-    comp_group: list[str] = field(default_factory=list)
-    n_std: int = 0
-    io_name: list[str] = field(default_factory=list)
-    io_dir: list[str] = field(default_factory=list)
-    net_name: list[str] = field(default_factory=list)
-    net_pins: list[list[tuple]] = field(default_factory=list)
-    mappings: list[Mapping] = field(default_factory=list)
-    roms: list[str] = field(default_factory=list)
-    flop_srams: list[str] = field(default_factory=list)
-
-
-def _sram_pin(pin: str, j: int, m: Mapping) -> tuple[int, int, str]:
-    """(tile row, tile column, fakeram pin) standing for bit ``j`` of msh_sram pin ``pin`` in wire estimates."""
-    w, abits = m.macro.width, max(1, (m.macro.depth - 1).bit_length())
-    table_ = {
-        "clk": (0, 0, "clk"), "we": (0, 0, "we_in"), "re": (0, 0, "ce_in"),
-        "waddr": (0, 0, f"addr_in[{j}]" if j < abits else "ce_in"),
-        "raddr": (0, 0, f"addr_in[{j}]" if j < abits else "ce_in"),
-        "wdata": (0, j // w, f"wd_in[{j % w}]"),
-        "rdata": (0, j // w, f"rd_out[{j % w}]"),
-        "wstrb": (0, (8 * j) // w, f"w_mask_in[{(8 * j) % w}]"),
-    }
-    if pin not in table_:
-        raise PlaceError(f"msh_sram pin {pin!r} is not in SPEC section 5's port list")
-    return table_[pin]
-
-
-def build_design(module: dict, top: str, lef: Lef, sizes) -> Design:
-    dbu = lef.dbu
-    to_dbu = lambda um: int(round(um * dbu))       # noqa: E731
-    d = Design(top)
-    pins_of_bit: dict[int, list[tuple]] = {}
-
-    def attach(bit, entry):
-        if isinstance(bit, int):
-            pins_of_bit.setdefault(bit, []).append(entry)
-
-    macros = []
-    for name, cell in module["cells"].items():
-        ctype = cell["type"]
-        if ctype == "$scopeinfo":
-            continue
-        path = _path(name, cell.get("attributes", {}))
-        hdl = cell.get("attributes", {}).get("hdlname", "").split(" ")
-        group = hdl[0] if len(hdl) > 1 else "(top)"
-        if MACRO_PIN.match(ctype):
-            macros.append((name, path, ctype, cell, group))
-            continue
-        master = lef.masters.get(ctype)
-        if master is None:
-            raise PlaceError(f"cell {path} is a {ctype}, which no LEF defines")
-        i = len(d.comp_name)
-        d.comp_name.append(path)
-        d.comp_key.append(name)
-        d.comp_master.append(ctype)
-        d.comp_w.append(to_dbu(master.width_um))
-        d.comp_h.append(to_dbu(master.height_um))
-        d.comp_group.append(group)
-        for pin, bits in cell["connections"].items():
-            lp = master.pins.get(pin)
-            if lp is None:
-                raise PlaceError(f"{ctype} has no pin {pin} in the LEF (instance {path})")
-            x, y = lp.center_um
-            drv = cell["port_directions"].get(pin) == "output"
-            attach(bits[0], (i, pin, to_dbu(x), to_dbu(y), f"{path}:{pin}", drv))
-    d.n_std = len(d.comp_name)
-    for name, path, ctype, cell, group in macros:
-        kind, depth, width = MACRO_PIN.match(ctype).groups()
-        m = map_instance(path, kind, int(depth), int(width), sizes)
-        d.mappings.append(m)
-        if m.macro is None:
-            (d.flop_srams if m.impl == "flops" else d.roms).append(path)
-            continue
-        master = lef.masters[m.macro.name]
-        first = len(d.comp_name)
-        for r in range(m.rows):
-            for c in range(m.cols):
-                d.comp_name.append(f"{path}/ram_{r}_{c}")
-                d.comp_key.append(name)
-                d.comp_master.append(m.macro.name)
-                d.comp_w.append(to_dbu(master.width_um))
-                d.comp_h.append(to_dbu(master.height_um))
-                d.comp_group.append(group)
-        for pin, bits in cell["connections"].items():
-            drv = cell["port_directions"].get(pin) == "output"
-            for j, b in enumerate(bits):
-                r, c, lpin = _sram_pin(pin, j, m)
-                x, y = master.pins[lpin].center_um
-                attach(b, (first + r * m.cols + c, lpin, to_dbu(x), to_dbu(y), None, drv))
-    for pname, port in module["ports"].items():
-        bits = port["bits"]
-        for j, b in enumerate(bits):
-            name = port_bit_name(pname, len(bits), j)
-            k = len(d.io_name)
-            d.io_name.append(name)
-            d.io_dir.append(port["direction"])
-            attach(b, (-1 - k, "PIN", 0, 0, name, port["direction"] == "input"))
-    names = net_names(module)
-    for b, pins in sorted(pins_of_bit.items()):
-        if len(pins) >= 2:
-            d.net_name.append(names.get(b, f"_net{b}_"))
-            d.net_pins.append(pins)
-    return d
-
-
-# ---------------------------------------------------------------------------------------------- floorplan
-
-@dataclass
-class Floorplan:
-    die: tuple[int, int, int, int]
-    rows: list[DefRow]                         # one per free stretch of a row: rows stop at macro keep-outs
-    row_height: int
-    core: tuple[int, int, int, int]            # the area rows and macros share
-    macro_xy: dict[int, tuple[int, int]]       # component index -> lower-left
-    io_xy: list[tuple[int, int, str]]          # per I/O pin: x, y, edge
-
-
-def _pack_shelves(sizes: list[tuple[int, int, int]], width: int, halo: int, x0: int, y0: int):
-    """Shelf packing of (index, w, h) boxes, tallest first, into rows ``width`` wide from (x0, y0).
-    Returns lower-left corners and the total height used."""
-    xy, x, y, shelf_h = {}, x0, y0, 0
-    for i, w, h in sorted(sizes, key=lambda t: (-t[2], -t[1], t[0])):
-        if x + w + 2 * halo > x0 + width and x > x0:
-            x, y, shelf_h = x0, y + shelf_h, 0
-        xy[i] = (x + halo, y + halo)
-        x += w + 2 * halo
-        shelf_h = max(shelf_h, h + 2 * halo)
-    return xy, (y + shelf_h - y0) if sizes else 0
-
-
-def _free_stretches(x0: int, x1: int, y0: int, y1: int, blocked, sw: int, min_sites: int = 4):
-    """Site-aligned [a, b) intervals of [x0, x1) not covered by any blocked box overlapping [y0, y1)."""
-    cuts = sorted((bx0, bx1) for bx0, by0, bx1, by1 in blocked if by0 < y1 and by1 > y0)
-    out, a = [], x0
-    for bx0, bx1 in cuts + [(x1, x1)]:
-        b = x0 + (min(bx0, x1) - x0) // sw * sw
-        if b - a >= min_sites * sw:
-            out.append((a, b))
-        a = max(a, x0 + -(-(bx1 - x0) // sw) * sw)
-    return out
-
-
-def floorplan(d: Design, lef: Lef, utilization: float) -> Floorplan:
-    site = lef.sites.get(SITE)
-    if site is None:
-        raise PlaceError(f"the tech LEF defines no SITE {SITE}")
-    sw, rh = round(site.width_um * lef.dbu), round(site.height_um * lef.dbu)
-    halo = round(MACRO_HALO_UM * lef.dbu)
-    std_area = sum(w * h for w, h in zip(d.comp_w[:d.n_std], d.comp_h[:d.n_std]))
-    macro_fp = sum((w + 2 * halo) * (h + 2 * halo) for w, h in zip(d.comp_w[d.n_std:], d.comp_h[d.n_std:]))
-    widest = max([w + 2 * halo for w in d.comp_w[d.n_std:]], default=0)
-    core_w = max(math.sqrt(std_area / utilization + macro_fp), widest, 20 * rh)
-    core_w = math.ceil(core_w / sw) * sw
-    mx, my = CORE_MARGIN_SITES * sw, CORE_MARGIN_ROWS * rh
-    boxes = [(i, d.comp_w[i], d.comp_h[i]) for i in range(d.n_std, len(d.comp_name))]
-    macro_xy, macro_h = _pack_shelves(boxes, core_w, halo, mx, my)
-    blocked = [(x - halo, y - halo, x + d.comp_w[i] + halo, y + d.comp_h[i] + halo) for i, (x, y) in macro_xy.items()]
-    rows, free, k = [], 0, 0
-    while free < std_area / utilization or k * rh < macro_h or k < 2:
-        y = my + k * rh
-        for s, (a, b) in enumerate(_free_stretches(mx, mx + core_w, y, y + rh, blocked, sw)):
-            rows.append(DefRow(f"ROW_{k}_{s}", SITE, a, y, "N" if k % 2 == 0 else "FS", (b - a) // sw, sw))
-            free += (b - a) * rh
-        k += 1
-    core = (mx, my, mx + core_w, my + k * rh)
-    die = (0, 0, core[2] + mx, core[3] + my)
-    return Floorplan(die, rows, rh, core, macro_xy, _io_positions(d, die, sw))
-
-
-def _io_positions(d: Design, die, pitch: int) -> list[tuple[int, int, str]]:
-    """Inputs along the left edge (bottom-up) then the top edge; outputs along the right edge then the bottom."""
-    W, H = die[2], die[3]
-    out = [None] * len(d.io_name)
-    for want, edges in (("input", ("left", "top")), ("output", ("right", "bottom"))):
-        idx = [k for k, dr in enumerate(d.io_dir) if (dr == "input") == (want == "input")]
-        n = len(idx)
-        if not n:
-            continue
-        length = H + W                       # the two edges, walked as one path
-        step = length / (n + 1)
-        for j, k in enumerate(idx):
-            s = (j + 1) * step
-            on_first = s < H
-            t = s if on_first else s - H
-            t = round(t / pitch) * pitch
-            edge = edges[0] if on_first else edges[1]
-            xy = {"left": (0, t), "top": (t, H), "right": (W, H - t), "bottom": (W - t, 0)}[edge]
-            out[k] = (*xy, edge)
-    return out
-
-
-# ---------------------------------------------------------------------------------------------- placement
-
-def _circuit(d: Design, fp: Floorplan, start: tuple[list[int], list[int]] | None):
-    """The coloquinte circuit of ``d``; cells start at the core centre, or at ``start`` (lower-left, dbu)."""
-    import coloquinte as cq
-
-    n_comp, n_io = len(d.comp_name), len(d.io_name)
-    c = cq.Circuit(n_comp + n_io)
-    c.cell_width = d.comp_w + [0] * n_io
-    c.cell_height = d.comp_h + [0] * n_io
-    fixed = [False] * d.n_std + [True] * (n_comp - d.n_std + n_io)
-    c.cell_is_fixed = fixed
-    c.cell_is_obstruction = [True] * n_comp + [False] * n_io
-    c.cell_row_polarity = ([cq.CellRowPolarity.SAME] * d.n_std
-                           + [cq.CellRowPolarity.ANY] * (n_comp - d.n_std + n_io))
-    cx, cy = (fp.core[0] + fp.core[2]) // 2, (fp.core[1] + fp.core[3]) // 2
-    if start is None:
-        xs, ys = [cx] * n_comp, [cy] * n_comp
-    else:
-        xs, ys = list(start[0][:n_comp]), list(start[1][:n_comp])
-    xs, ys = xs + [p[0] for p in fp.io_xy], ys + [p[1] for p in fp.io_xy]
-    for i, (x, y) in fp.macro_xy.items():
-        xs[i], ys[i] = x, y
-    c.cell_x, c.cell_y = xs, ys
-    c.cell_orientation = [cq.CellOrientation.N] * (n_comp + n_io)
-    c.rows = [cq.Row(cq.Rectangle(r.x, r.x + r.num_x * r.step_x, r.y, r.y + fp.row_height),
-                     cq.CellOrientation.N if r.orient == "N" else cq.CellOrientation.FS) for r in fp.rows]
-    skipped = 0
-    for pins in d.net_pins:
-        if len(pins) > MAX_PLACE_FANOUT:
-            skipped += 1
-            continue
-        c.add_net([p[0] if p[0] >= 0 else n_comp + (-1 - p[0]) for p in pins], [p[2] for p in pins],
-                  [p[3] for p in pins])
-    c.check()
-    # Cells are widened for the placer so that they fill DENSITY of the rows: spread evenly, with room left
-    # for legalisation (and routing); the DEF keeps their true widths.
-    c.expand_cells_to_density(PLACER_DENSITY, 0.0)
-    return c, skipped
-
-
-def global_placement(d: Design, fp: Floorplan, effort: int) -> tuple[list[int], list[int], dict]:
-    """Cell lower-left corners (dbu) after coloquinte's global placement: spread, not yet on rows."""
-    import coloquinte as cq
-
-    c, skipped = _circuit(d, fp, None)
-    params = cq.ColoquinteParameters(effort)
-    t0 = time.monotonic()
-    state = {"n": 0}
-
-    def callback(step):
-        state["n"] += 1
-        if state["n"] % 10 == 0:
-            progress(f"  global placement step {state['n']} ({time.monotonic() - t0:.0f} s)")
-
-    progress(f"global placement of {d.n_std:,} cells ({len(d.net_pins) - skipped:,} nets, effort {effort}) ...")
-    c.place_global(params, callback)
-    n_comp = len(d.comp_name)
-    return list(c.cell_x[:n_comp]), list(c.cell_y[:n_comp]), {"nets_ignored_by_placer": skipped,
-                                                               "global_s": time.monotonic() - t0}
-
-
-def legalize(d: Design, fp: Floorplan, effort: int, xs: list[int], ys: list[int]) -> tuple[list[int], list[int], list[str], dict]:
-    """Legalisation and detailed placement from the positions ``xs``, ``ys``."""
-    import coloquinte as cq
-
-    c, _ = _circuit(d, fp, (xs, ys))
-    params = cq.ColoquinteParameters(effort)
-    t0 = time.monotonic()
-    progress("legalisation ...")
-    c.legalize(params)
-    progress(f"detailed placement ({time.monotonic() - t0:.0f} s) ...")
-    c.place_detailed(params)
-    n_comp = len(d.comp_name)
-    orient = ["N" if o == cq.CellOrientation.N else "FS" for o in c.cell_orientation[:n_comp]]
-    return (list(c.cell_x[:n_comp]), list(c.cell_y[:n_comp]), orient,
-            {"coloquinte_hpwl_dbu": c.hpwl(), "legalize_s": time.monotonic() - t0})
+__all__ = ["PlaceError", "build_design", "flatten", "place"]     # flatten and build_design: tests/test_orfs.py
 
 
 # ---------------------------------------------------------------------------------------------- repair
@@ -465,54 +97,6 @@ def repair_nets(module: dict, d: Design, fp: Floorplan, xs: list[int], ys: list[
         nxs.append(x)
         nys.append(y)
     return new, nxs, nys, res
-
-
-def snap_to_sites(d: Design, fp: Floorplan, xs: list[int], ys: list[int]) -> int:
-    """Moves every standard cell onto the site grid of its row stretch without overlaps; returns the number moved."""
-    stretches: dict[int, list[DefRow]] = {}
-    for r in fp.rows:
-        stretches.setdefault(r.y, []).append(r)
-    groups: dict[tuple[int, int], list[int]] = {}
-    for i in range(d.n_std):
-        rs = stretches.get(ys[i])
-        if not rs:
-            raise PlaceError(f"cell {d.comp_name[i]} was placed off the rows (y={ys[i]})")
-        centre = xs[i] + d.comp_w[i] // 2
-        k = min(range(len(rs)), key=lambda k: 0 if rs[k].x <= centre < rs[k].x + rs[k].num_x * rs[k].step_x
-                else min(abs(centre - rs[k].x), abs(centre - rs[k].x - rs[k].num_x * rs[k].step_x)))
-        groups.setdefault((ys[i], k), []).append(i)
-    moved = 0
-    for (y, k), cells in groups.items():
-        row = stretches[y][k]
-        sw, x0, x1 = row.step_x, row.x, row.x + row.num_x * row.step_x
-        cells.sort(key=lambda i: xs[i])
-        new, end = [], x0
-        for i in cells:
-            x = max(x0 + round((xs[i] - x0) / sw) * sw, end)
-            new.append(x)
-            end = x + d.comp_w[i]
-        limit = x1
-        for n in range(len(cells) - 1, -1, -1):        # push back what ran over the right end
-            i = cells[n]
-            if new[n] + d.comp_w[i] > limit:
-                new[n] = x0 + (limit - d.comp_w[i] - x0) // sw * sw
-            limit = new[n]
-        if new and new[0] < x0:
-            raise PlaceError(f"row {row.name} overflows after snapping to sites (utilization too high?)")
-        for n, i in enumerate(cells):
-            moved += new[n] != xs[i]
-            xs[i] = new[n]
-    return moved
-
-
-def pin_xy(d: Design, fp: Floorplan, xs, ys, orient, p) -> tuple[int, int]:
-    obj, _, dx, dy = p[0], p[1], p[2], p[3]
-    if obj < 0:
-        x, y, _ = fp.io_xy[-1 - obj]
-        return x, y
-    if orient[obj] == "FS":
-        dy = d.comp_h[obj] - dy
-    return xs[obj] + dx, ys[obj] + dy
 
 
 # ---------------------------------------------------------------------------------------------- outputs
@@ -558,10 +142,8 @@ def _read_lefs(pdk) -> Lef:
     return lef
 
 
-def place(synth: Path, out: Path, utilization: float = 0.6, effort: int = 1, corners: list[str] | None = None,
-          period_ns: float = 10.0, clock: str = "clk", picture: bool = True,
-          cache: Path = REPO / "build" / "pdk_cache", repair_fanout: bool = True) -> dict:
-    t_start = time.monotonic()
+def _inputs(synth: Path, utilization: float, effort: int):
+    """synth.json, the RTLIL netlist, the macros' empty modules and the PDK, checked."""
     if not 0.1 <= utilization <= 0.9:
         raise PlaceError(f"--utilization must be within 0.1 .. 0.9, got {utilization}")
     if not 1 <= effort <= 9:
@@ -570,7 +152,6 @@ def place(synth: Path, out: Path, utilization: float = 0.6, effort: int = 1, cor
     if not sj.is_file():
         raise PlaceError(f"{sj} not found: run `make synth` (python -m flow.synth) first")
     s = json.loads(sj.read_text())
-    top = s["top"]
     if not {"sta_rtlil", "macro_modules"} <= set(s["files"]):
         raise PlaceError(f"{sj} is from an older flow.synth (no RTLIL netlist): run `make synth` again")
     netlist, macros_v = (Path(synth) / s["files"][k] for k in ("sta_rtlil", "macro_modules"))
@@ -583,6 +164,64 @@ def place(synth: Path, out: Path, utilization: float = 0.6, effort: int = 1, cor
         raise PlaceError(str(e)) from None
     if pdk.cell_gds is None:
         raise PlaceError(f"the PDK at {pdk.root} has no gds/NangateOpenCellLibrary.gds (needed for the layout)")
+    return s, netlist, macros_v, pdk
+
+
+def _remap_macros(fp: Floorplan, old: Design, new: Design) -> None:
+    """Macro positions keyed by the new design's component indices (repair changes the number of cells)."""
+    by_name = {old.comp_name[i]: xy for i, xy in fp.macro_xy.items()}
+    fp.macro_xy = {i: by_name[new.comp_name[i]] for i in range(new.n_std, len(new.comp_name))
+                   if new.comp_name[i] in by_name}
+
+
+def _place_cells(module: dict, d: Design, fp: Floorplan, plan: RegionPlan | None, effort: int, processes: int,
+                 repair_args: tuple | None, timing: dict, log_dir: Path):
+    """Global placement, net repair, legalisation and detailed placement, snapping: (design, xs, ys,
+    orientations, stats, repair result)."""
+    t = time.monotonic()
+    if plan is None:
+        xs, ys, pstats = global_placement(d, fp, effort)
+    else:
+        xs, ys, _, gstats = place_regions(d, plan, effort, processes, GLOBAL, log_dir)
+        pstats = {"nets_ignored_by_placer": sum(len(p) > MAX_PLACE_FANOUT for p in d.net_pins),
+                  "global_region_s": gstats["region_s"]}
+    timing["global_place_s"] = time.monotonic() - t
+    fixed = None
+    if repair_args is not None:
+        t = time.monotonic()
+        new, xs, ys, fixed = repair_nets(module, d, fp, xs, ys, *repair_args)
+        _remap_macros(fp, d, new)
+        if plan is not None:
+            reassign(plan, d, new, xs, ys)
+        d = new
+        timing["repair_s"] = time.monotonic() - t
+    t = time.monotonic()
+    if plan is None:
+        xs, ys, orient, lstats = legalize(d, fp, effort, xs, ys)
+        pstats.update(lstats)
+    else:
+        xs, ys, orient, lstats = place_regions(d, plan, effort, processes, LEGAL, log_dir, xs, ys)
+        pstats.update(coloquinte_hpwl_dbu=lstats["coloquinte_hpwl_dbu"], legal_region_s=lstats["region_s"],
+                      legal_density=lstats["density"])
+    pstats["cells_moved_to_site_grid"] = snap_to_sites(d, fp, xs, ys)
+    timing["legalize_s"] = time.monotonic() - t
+    if plan is not None:
+        d.comp_group = [plan.regions[k].name for k in plan.region_of]       # the pictures colour by region
+        d.group_kind = "region (engine)"
+    return d, xs, ys, orient, pstats, fixed
+
+
+def place(synth: Path, out: Path, utilization: float = 0.6, effort: int = 1, corners: list[str] | None = None,
+          period_ns: float = 10.0, clock: str = "clk", picture: bool = True,
+          cache: Path = REPO / "build" / "pdk_cache", repair_fanout: bool = True, flat: bool = False,
+          jobs: int | None = None) -> dict:
+    t_start = time.monotonic()
+    s, netlist, macros_v, pdk = _inputs(synth, utilization, effort)
+    try:
+        processes = job_count(jobs, "placement processes")
+    except ValueError as e:
+        raise PlaceError(str(e)) from None
+    top = s["top"]
     corners = list(corners or pdk.corners)
     out = Path(out)
     stage = out.with_name(out.name + ".tmp")
@@ -598,52 +237,45 @@ def place(synth: Path, out: Path, utilization: float = 0.6, effort: int = 1, cor
     liberty = pdk.plain_liberty("typical", cache)
     macro_modules = macros_v.read_text()
     module = flatten(netlist, macros_v, top, liberty, stage)
-    try:
-        sizes = storage_lib(pdk, cache)
-    except MacroMapError as e:
-        raise PlaceError(str(e)) from None
     progress(f"placement objects for {len(module['cells']):,} instances ({time.monotonic() - t:.0f} s) ...")
     try:
+        sizes = storage_lib(pdk, cache)
         d = build_design(module, top, lef, sizes)
     except MacroMapError as e:
         raise PlaceError(str(e)) from None
     timing["netlist_s"] = time.monotonic() - t
-    fp = floorplan(d, lef, utilization)
+    t = time.monotonic()
+    plan = None if flat else region_floorplan(d, lef, utilization, s)
+    fp = floorplan(d, lef, utilization) if flat else plan.fp
+    timing["floorplan_s"] = time.monotonic() - t
     dbu = lef.dbu
-    progress(f"die {fp.die[2] / dbu:.1f} x {fp.die[3] / dbu:.1f} um, {len(fp.rows)} rows, "
+    progress(f"die {fp.die[2] / dbu:.1f} x {fp.die[3] / dbu:.1f} um, "
+             + ("one region" if flat else f"{len(plan.regions)} regions") + f", {len(fp.rows)} rows, "
              f"{d.n_std:,} cells, {len(d.comp_name) - d.n_std} macros, {len(d.io_name)} I/O pins")
-
-    t = time.monotonic()
-    xs, ys, pstats = global_placement(d, fp, effort)
-    timing["global_place_s"] = time.monotonic() - t
-    fixed = None
-    if repair_fanout:
-        t = time.monotonic()
-        cells_before = d.n_std
-        d, xs, ys, fixed = repair_nets(module, d, fp, xs, ys, lef, sizes, liberty, rc, clock)
-        timing["repair_s"] = time.monotonic() - t
-    t = time.monotonic()
-    xs, ys, orient, lstats = legalize(d, fp, effort, xs, ys)
-    pstats.update(lstats)
-    moved = snap_to_sites(d, fp, xs, ys)
-    timing["legalize_s"] = time.monotonic() - t
+    cells_before = d.n_std
+    d, xs, ys, orient, pstats, fixed = _place_cells(
+        module, d, fp, plan, effort, processes,
+        (lef, sizes, liberty, rc, clock) if repair_fanout else None, timing, stage / "regions")
 
     t = time.monotonic()
     progress(f"writing the placed netlist {top}.v ...")
     with open(stage / f"{top}.v", "w") as f:
-        write_verilog(f, module, top, net_names(module), lambda key, c: _path(key, c.get("attributes", {})),
+        write_verilog(f, module, top, net_names(module), lambda key, c: inst_path(key, c.get("attributes", {})),
                       macro_modules)
     del module
     timing["netlist_out_s"] = time.monotonic() - t
 
     t = time.monotonic()
-    progress("writing DEF and SPEF ...")
+    progress("writing DEF, SPEF and the floorplan ...")
     wires = write_outputs(d, fp, lef, xs, ys, orient, stage, rc)
     (stage / "macros.txt").write_text(table(d.mappings))
+    fj = floorplan_json(top, d, fp, dbu, utilization, plan)
+    (stage / "floorplan.json").write_text(json.dumps(fj, indent=1) + "\n")
+    draw_floorplan(fj, stage / "floorplan.png")
     timing["outputs_s"] = time.monotonic() - t
 
     files = {"netlist": f"{top}.v", "def": f"{top}.def", "spef": f"{top}.spef", "sta": "sta/sta.json",
-             "macros": "macros.txt"}
+             "macros": "macros.txt", "floorplan": "floorplan.json", "floorplan_png": "floorplan.png"}
     progress(f"post-placement STA at {corners}{', the layout meanwhile' if picture else ''} ...")
     # OpenSTA runs in child processes: this thread only waits for them, while the main one writes the layout.
     with ThreadPoolExecutor(max_workers=1) as pool:
@@ -662,21 +294,34 @@ def place(synth: Path, out: Path, utilization: float = 0.6, effort: int = 1, cor
         except StaError as e:
             raise PlaceError(f"post-placement STA failed: {e}") from None
     timing["sta_s"] = sta["runtime_s"]
+    result = _result(s, d, fp, fj, dbu, wires, pstats, fixed, cells_before, sta, rc, timing, files,
+                     {"utilization": utilization, "effort": effort, "period_ns": period_ns, "processes": processes,
+                      "t_start": t_start})
+    (stage / "place.json").write_text(json.dumps(result, indent=1) + "\n")
+    (stage / "place.txt").write_text(summary_text(result))
+    (stage / "flatten.job.json").unlink(missing_ok=True)
+    publish(stage, out)
+    return result
 
+
+def _result(s: dict, d: Design, fp: Floorplan, fj: dict, dbu: int, wires: dict, pstats: dict, fixed, cells_before,
+            sta: dict, rc: RcModel, timing: dict, files: dict, opt: dict) -> dict:
+    """place.json's content."""
     die_w, die_h = fp.die[2] / dbu, fp.die[3] / dbu
     std_area = sum(w * h for w, h in zip(d.comp_w[:d.n_std], d.comp_h[:d.n_std])) / dbu ** 2
     macro_area = sum(w * h for w, h in zip(d.comp_w[d.n_std:], d.comp_h[d.n_std:])) / dbu ** 2
     core_area = sum(r.num_x * r.step_x for r in fp.rows) * fp.row_height / dbu ** 2     # the rows' area
-    result = {
+    regions = fj["mode"] == "regions"
+    return {
         "schema": "nano-k3/place/1",
-        "top": top,
+        "top": s["top"],
         "synth_config_sha256": s["rtl"]["config_sha256"],
         "die": {"width_um": round(die_w, 3), "height_um": round(die_h, 3), "area_um2": round(die_w * die_h, 3)},
         "core": {"x0_um": fp.core[0] / dbu, "y0_um": fp.core[1] / dbu, "x1_um": fp.core[2] / dbu,
                  "y1_um": fp.core[3] / dbu, "rows": len({r.y for r in fp.rows}), "row_stretches": len(fp.rows),
-                 "site": SITE},
+                 "site": fp.rows[0].site},
         "utilization": round(std_area / core_area, 4),
-        "utilization_target": utilization,
+        "utilization_target": opt["utilization"],
         "die_utilization": round((std_area + macro_area) / (die_w * die_h), 4),
         "std_cell_area_um2": round(std_area, 3),
         "macro_area_um2": round(macro_area, 3),
@@ -687,14 +332,25 @@ def place(synth: Path, out: Path, utilization: float = 0.6, effort: int = 1, cor
         "hpwl_um": round(wires["hpwl_um"], 1),
         "steiner_wire_um": round(wires["wire_um"], 1),
         "wire_cap_pf": round(wires["wire_cap_ff"] / 1e3, 3),
-        "placer": {"tool": "coloquinte", "effort": effort, "density": PLACER_DENSITY,
+        "placer": {"tool": "coloquinte", "mode": fj["mode"], "effort": opt["effort"], "density": PLACER_DENSITY,
+                   "processes": opt["processes"] if regions else 1,
                    "nets_ignored_above_fanout": MAX_PLACE_FANOUT,
                    "nets_ignored": pstats["nets_ignored_by_placer"],
-                   "cells_moved_to_site_grid": moved,
-                   "coloquinte_hpwl_um": round(pstats["coloquinte_hpwl_dbu"] / dbu, 1)},
-        "floorplan": {"macros": "packed in shelves from the bottom-left corner, FIXED, keep-out ring "
-                                f"{MACRO_HALO_UM} um; rows around and above them",
-                      "io": "inputs on the left then top edge, outputs on the right then bottom edge"},
+                   "cells_moved_to_site_grid": pstats["cells_moved_to_site_grid"],
+                   "coloquinte_hpwl_um": round(pstats["coloquinte_hpwl_dbu"] / dbu, 1),
+                   **({"region_s": {"global": pstats["global_region_s"], "legalize": pstats["legal_region_s"]},
+                       "legalization_density": pstats["legal_density"], "logs": "regions/<region>.log"}
+                      if regions else {})},
+        "floorplan": ({"mode": "regions", "regions": len(fj["regions"]),
+                       "macros": "packed in shelves along the edge of their engine's region that faces the fewest "
+                                 f"nets to other regions, FIXED, keep-out ring {MACRO_HALO_UM} um",
+                       "io": "on the die edge next to the region their net reaches",
+                       "file": files["floorplan"]} if regions else
+                      {"mode": "flat",
+                       "macros": "packed in shelves from the bottom-left corner, FIXED, keep-out ring "
+                                 f"{MACRO_HALO_UM} um; rows around and above them",
+                       "io": "inputs on the left then top edge, outputs on the right then bottom edge",
+                       "file": files["floorplan"]}),
         "macros": [m.as_dict() for m in d.mappings],
         "roms_as_logic": d.roms,
         "srams_as_flops": d.flop_srams,
@@ -703,8 +359,8 @@ def place(synth: Path, out: Path, utilization: float = 0.6, effort: int = 1, cor
         "parasitics": rc.as_dict(),
         "sta": {c: {k: v[k] for k in ("wns_ns", "tns_ns", "worst_hold_slack_ns", "min_period_ns", "fmax_mhz", "met")}
                 for c, v in sta["corners"].items()},
-        "period_ns": period_ns,
-        "runtime_s": round(time.monotonic() - t_start, 2),
+        "period_ns": opt["period_ns"],
+        "runtime_s": round(time.monotonic() - opt["t_start"], 2),
         "finished_unix": round(time.time(), 1),
         "runtime_by_step_s": {k: round(v, 2) for k, v in timing.items()},
         "files": files,
@@ -718,18 +374,13 @@ def place(synth: Path, out: Path, utilization: float = 0.6, effort: int = 1, cor
             **{f"place__timing__min_period__{c}": v["min_period_ns"] for c, v in sta["corners"].items()},
         },
     }
-    (stage / "place.json").write_text(json.dumps(result, indent=1) + "\n")
-    (stage / "place.txt").write_text(summary_text(result))
-    for f in ("flatten.job.json",):
-        (stage / f).unlink(missing_ok=True)
-    publish(stage, out)
-    return result
-
 
 def summary_text(r: dict) -> str:
     die = r["die"]
     lines = [
-        f"placement of {r['top']} on Nangate45 (coloquinte effort {r['placer']['effort']})",
+        f"placement of {r['top']} on Nangate45 (coloquinte effort {r['placer']['effort']}, "
+        + (f"one region per engine: {r['floorplan']['regions']} regions, {r['placer']['processes']} at a time)"
+           if r["placer"]["mode"] == "regions" else "flat: one circuit)"),
         f"  die            {die['width_um']:.1f} x {die['height_um']:.1f} um = {die['area_um2'] / 1e6:.4f} mm2",
         f"  utilization    {100 * r['utilization']:.1f} % of the rows (target {100 * r['utilization_target']:.0f} %), "
         f"{100 * r['die_utilization']:.1f} % of the die with macros",
@@ -761,7 +412,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--synth", type=Path, default=Path("build/synth"), help="folder with synth.json")
     ap.add_argument("--out", type=Path, default=Path("build/place"))
     ap.add_argument("--utilization", type=float, default=0.6, help="standard-cell area / row area")
-    ap.add_argument("--effort", type=int, default=1, help="coloquinte effort 1..9 (1: the chip, 1.5M cells, in the least time)")
+    ap.add_argument("--effort", type=int, default=1, help="coloquinte effort 1..9 (1: the chip, 1.9M cells, in the least time)")
+    ap.add_argument("--flat", action="store_true",
+                    help="one coloquinte placement of the whole design instead of one per engine region")
+    ap.add_argument("--jobs", type=int, default=None,
+                    help="regions placed at a time, each in its own process (default: the CPUs this process may use)")
     ap.add_argument("--corners", nargs="+", default=list(CORNERS), choices=CORNERS)
     ap.add_argument("--period", type=float, default=10.0, help="clock period in ns")
     ap.add_argument("--clock", default="clk")
@@ -774,7 +429,8 @@ def main(argv: list[str] | None = None) -> int:
         return flatten_worker(args.flatten_worker)
     return report_stage("flow.place", PlaceError,
                         lambda: place(args.synth, args.out, args.utilization, args.effort, args.corners, args.period,
-                                      args.clock, not args.no_picture, repair_fanout=not args.no_repair),
+                                      args.clock, not args.no_picture, repair_fanout=not args.no_repair,
+                                      flat=args.flat, jobs=args.jobs),
                         summary_text, lambda r: [args.out / "place.json", args.out / r["files"]["def"]])
 
 

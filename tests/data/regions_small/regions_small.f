@@ -1,0 +1,1 @@
+regions_small.v
