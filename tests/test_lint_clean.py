@@ -2,7 +2,7 @@
 
 A small component holds every pattern the clean-up rewrites (a rounded sum whose low bits are dropped,
 comparisons and logic operators of mixed widths, a right shift into a narrower signal, a submodule
-input nothing reads, a struct read field by field). Its cleaned Verilog must lint with no warning but
+input nothing reads, a struct read field by field, a case table). Its cleaned Verilog must lint with no warning but
 DECLFILENAME, and Yosys must prove it equivalent to the RTLIL Amaranth wrote (``equiv_make`` /
 ``equiv_induct``). The LUT unit, a real engine, must prove equivalent too.
 """
@@ -43,6 +43,7 @@ class _Patterns(wiring.Component):
     flags: Out(4)
     part: Out(6)
     piped: Out(8)
+    picked: Out(10)
 
     def elaborate(self, platform):
         m = Module()
@@ -90,7 +91,7 @@ def test_patterns_lint_clean_and_equivalent(tmp_path):
     src.write_text(v)
     result = lint([src], "patterns", cwd=tmp_path)
     assert result.errors == 0 and set(result.by_rule) <= {"Warning-DECLFILENAME"}, result.output
-    assert "initial" not in v and "casez" not in v
+    assert "initial" not in v and "casez" not in v and "case" not in v
     _proves_equivalent(_Patterns(), "patterns", tmp_path)
 
 
