@@ -580,7 +580,8 @@ EMB_RECORDS = ("emb.q", "emb.s", "emb.z")    # the image's first records (SPEC Â
 def store_block(cfg, group: int) -> tuple[int, int, int]:
     """(table, first, end) byte addresses in the image of ``cfg`` at ``group``: the embedding table's start,
     the first record after it and the token array. The weight store holds first .. end; the chip reads
-    only its tokens' embedding rows from the table (hw/sequencer.py), never the whole table."""
+    only its tokens' embedding rows from the table, one position at a time (hw/emb_fetch.py), never
+    the whole table."""
     from nano_k3.image import plan_layout
     lay = plan_layout(cfg.with_group(group), 1)
     names = [d.name for d in lay.descriptors[:len(EMB_RECORDS)]]

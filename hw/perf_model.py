@@ -15,8 +15,9 @@ Engine formulas used (no stalls):
 * MV      results: ``MacArrayParams.issue_cycles`` + ``MacArray.LATENCY`` + (max(``MacArrayParams.scale_steps``,
           chunks of the last block) − 1) after the command; the op itself: two WordFeeder passes through
           ``MacInput`` (scan, convert: ``words`` each) unless ``keep``. The LM head waits for its
-          results, throttled by its logits writer: 4 write beats per 16-lane chunk, one per cycle. A residual
-          MV (``res``) writes a result word every other cycle (it reads p's word first).
+          results, which go into the logits writer's FIFO (``LogitsWriter.DEPTH`` chunks; a chunk waits only
+          when it is full: ``head_chunks``). A residual MV (``res``) writes a result word every other cycle
+          (it reads p's word first).
 * RMS     ``n/K + NormUnit.GAP + n/K − 1`` (two passes of K = ``norm_lanes`` elements a cycle, hw/norm_unit.py)
 * MIX     ``ResMixer.latency(candidates, d, mix_lanes)`` + the interleaved feed's word reads (as EW)
 * EW      ``n/K + (ns − 1)·⌈n/16⌉ + Elementwise.LATENCY`` (K = ``ew_lanes`` elements a cycle); COMB the
@@ -30,19 +31,27 @@ Engine formulas used (no stalls):
 * PLD     the command only; in the background one weight-store read per ``banks`` beats (hw/weight_store.py)
           once the MAC array leaves the store port, + read latency: the PRF readers and the next PLD
           wait for it
-* EMB     the position's embedding-row words (read in the load phase) + d/16 VRF writes
+* EMB     d/16 VRF writes, once its embedding row is in (``fetch_ready``): the position's token and row
+          are read after the previous position's argmax word (hw/emb_fetch.py), two round trips through
+          the port, each the memory engine's and the fetcher's pipeline cycles plus SPEC §3 latency at its
+          expectation (base + J/2 for the token's one read, base + the expected maximum of the row's
+          reads' jitter: later responses cannot overtake)
 The sequencer overheads (``SEQ``) and the engine constant without a formula in the engine
 (``MAC_INPUT_PASS``) were measured from the RTL with
 verification/phase_monitor.py on nano-g128-s48-long (``python -m verification.bench``), documented
-where they are defined. With them every op of nano-g128-s48-long is predicted to the cycle (the run
-to 1 cycle in 152,642: the load phase's read latency is jitter); nano-g64-s64-long, not used for
-fitting, checks them (other group → other issue cycles, longer MLA cache).
+where they are defined; the fetch's are the pipeline depths of hw/mem_engine.py and hw/emb_fetch.py.
+With them every op of nano-g128-s48-long is predicted to the cycle except each MoE's third SwiGLU (a
+cycle late: matvec results wait for the element-wise unit's VRF writes) and EMB's wait, whose read
+latency is jitter; nano-g64-s64-long, not used for fitting, checks them (other group → other issue
+cycles, longer MLA cache).
 
-Load phase: header (256 B), descriptor table, tensor block and token ids, each one read request
-stream through the 16 B port at one beat a cycle plus the read latency (SPEC §3: base + jitter, in
-order). Beside it runs the ROM check (``hw.rom_check.RomCheck``: a cycle per word of every ROM, from
-RUN); the first position waits for it, so a load phase shorter than the check (the tiny chip's) lasts
-as long as the check (the wait is charged to ``load.embedding``, the last region the monitor saw). Per position: 128 logits write beats (inside the head op) and one argmax word (END).
+Load phase: header (256 B), descriptor table and tensor block, each one read request stream through the
+16 B port at one beat a cycle plus the read latency (SPEC §3: base + jitter, in order); position 0's
+token read follows the tensor block's last beat. Beside it runs the ROM check (``hw.rom_check.RomCheck``:
+a cycle per word of every ROM, from RUN); the first position waits for it, so a load phase shorter than
+the check (the tiny chip's) lasts as long as the check (the wait is charged to ``load.tokens``, the last
+region the monitor saw). Per position: 128 logits write beats (drained by the logits writer, from the
+head op into the next position), one argmax word (END) and the next position's read beats (token, .s, .z, .q row: 5 on nano).
 """
 from __future__ import annotations
 
@@ -51,6 +60,7 @@ from dataclasses import dataclass, field
 
 from hw.chip_glue import Combine
 from hw.kda_engine import KdaEngine, KdaParams
+from hw.logits_writer import BEAT_LOGITS, LogitsWriter
 from hw.mac_array import MacArray, store_block
 from hw.mla_params import MlaParams
 from hw.moe_router import MoeRouter
@@ -82,6 +92,7 @@ class ChipPerfParams:
     comb_lanes: int              # MoE-combine elements per cycle (hw.params.ChipParams.comb_lanes)
     kda_lanes: int               # KDA engine input elements per cycle (hw.params.ChipParams.kda_lanes)
     out_lanes: int = 16          # MAC results per output transfer (= VRF word)
+    lw_depth: int = LogitsWriter.DEPTH      # logits writer FIFO, in chunks of out_lanes logits
     mem_base: int = 24           # SPEC §3 read latency (long profile): base + uniform [0, jitter]
     mem_jitter: int = 12
     clock_hz: float = 100e6
@@ -122,12 +133,20 @@ class SeqOverheads:
     full_block: int = -1         # fan_out ≥ W: the last block's results leave one cycle earlier than
                                  # issue + LATENCY + chunks − 1 (MacArray docstring: 64→64 measured 46): its
                                  # second scale read ends the issue one cycle after the last q read
-    head: int = 12               # head MV beyond its 4 write beats per 16-lane chunk (when write-bound)
     pld: int = 2                 # DISPATCH, PLD_REQ: the copy itself runs in the background
-    emb: int = 7                 # EMB beyond its d/16 VRF word writes (DISPATCH, the token, its row's words)
-    emb_row: int = 4             # load phase: request cycles per embedding row (token, .s, .z, .q)
-    emb_rows: int = 2            # ... beyond those and the last read's latency
-    emb_first: int = 3           # the first row request follows the last token beat (counted as tokens)
+    fetch: int = 1               # FETCH: a position's first op is read from the ROM (counted in that op)
+    first_records: int = 1       # ... and if it is an MV or PLD, its store records are read meanwhile: its
+                                 # DISPATCH waits one cycle more for them
+    emb: int = 1                 # EMB beyond its d/16 VRF word writes: DISPATCH (where it waits for its row)
+    # Pipeline depths of a read (hw/mem_engine.py, hw/emb_fetch.py), the fetch's two round trips:
+    req_path: int = 2            # a read range taken by the memory engine reaches the port 2 cycles later
+                                 # (its range walker, then its request register)
+    rsp_path: int = 2            # a response due at cycle c is in the fetcher's registers at the end of
+                                 # c + 1 (the engine's response slot, the capture): it acts at c + 2
+    load_exit: int = 3           # the first position's FETCH: 3 cycles after the last tensor beat is due
+                                 # (response slot, TENS_WAIT's last cycle, ROM_WAIT)
+    lw_first: int = 2            # a chunk pushed into the logits writer leaves as its first beat 2 cycles
+                                 # later (the SRAM write, then its read: hw/logits_writer.py)
     elem: int = 4                # element ops: DISPATCH, feeder start + read latency
     route: int = 1               # ROUTE beyond elem: the router's last pair to the collector
     kda_seg: int = 4             # a KDA feed segment beyond its transfers
@@ -245,15 +264,57 @@ class PerfModel:
                 + max(self.scale_steps(op.fan_out), chunks) - 1 + full)
 
     def head_cycles(self, op: Op) -> int:
-        """The LM head MV, first cycle to last: it waits for its last logits write beat."""
-        chunks, full = self._chunks_full(op)
-        issue = self.issue_cycles(op.fan_in, op.fan_out)
-        lat = MAC_LATENCY + max(0, self.scale_steps(op.fan_out) - chunks)     # results wait for the scale steps
-        # each 16-lane chunk is 4 write beats (16 int32 logits), so the last block drains at one
-        # chunk per 4 cycles; the head is issue-bound unless the writes alone take longer
-        mac = issue + lat + 4 * chunks - 1 + 2 * full
-        writes = 4 * (op.fan_out // self.hw.out_lanes)
-        return self.seq.mv + 1 + self.seq.cmd_fifo + self.mv_feed(op) + max(mac, writes + self.seq.head)
+        """The LM head MV, first cycle to last: its command is taken ``cmd_fifo`` after the op's would-be last
+        cycle (``mv``), and it ends when its last chunk enters the logits writer."""
+        return self.seq.mv + self.seq.cmd_fifo + self.mv_feed(op) + self.head_chunks(op)[0]
+
+    def head_chunks(self, op: Op) -> tuple[int, int]:
+        """The LM head's results through the logits writer (hw/logits_writer.py), from its command taken:
+        (the last chunk pushed, the first cycle with every beat handed to the port). A chunk leaves the
+        MAC array as a VRF-bound matvec's result would (``mac_cycles``: column blocks ``issue / blocks``
+        apart, a block's chunks one a cycle) unless the writer's FIFO (``lw_depth`` chunks) is full; the FIFO
+        sends a chunk's 4 beats one a cycle from ``lw_first`` cycles after its push, and gives one cycle to
+        the argmax word (END, ``end`` cycles after the last push)."""
+        s, W, OL = self.seq, self.hw.mac_lanes, self.hw.out_lanes
+        blocks, per_block = max(1, op.fan_out // W), -(-min(op.fan_out, W) // OL)
+        ipb, last = self.issue_cycles(op.fan_in, op.fan_out) // blocks, self.mac_cycles(op)
+        beats = OL // BEAT_LOGITS
+        push: list[int] = []
+        pops: list[int] = []
+        free = 0                                            # the writer's next free beat cycle
+        for b in range(blocks):
+            for j in range(per_block):
+                p = last - (blocks - 1 - b) * ipb - (per_block - 1 - j)
+                if push:
+                    p = max(p, push[-1] + 1)
+                if len(push) >= self.hw.lw_depth:
+                    p = max(p, pops[len(push) - self.hw.lw_depth] + 1)
+                push.append(p)
+                first = max(p + s.lw_first, free)
+                pops.append(first + beats - 1)
+                free = first + beats
+        return push[-1], free + (1 if free > push[-1] + s.end else 0) - push[-1]
+
+    def expected_jitter(self, reads: int) -> float:
+        """E[max of ``reads`` SPEC §3 jitter draws, uniform in 0..J]: the wait beyond ``base`` + k of the last of
+        ``reads`` reads requested one a cycle (k its offset; responses cannot overtake each other)."""
+        J = self.hw.mem_jitter
+        return sum(1 - (m / (J + 1)) ** reads for m in range(1, J + 1))
+
+    def fetch_ready(self, t: int) -> int:
+        """The cycle of position t (its FETCH = 0) from which EMB finds its embedding row (hw/emb_fetch.py):
+        two round trips through the port, each ``req_path`` + SPEC §3 latency (base + the expected jitter)
+        + ``rsp_path``: the token's beat, then the row's .s, .z and .q beats, requested back to back.
+        Position 0's token beat is due right behind the tensor block's last beat (``load_exit`` before its
+        FETCH); a later position's token is requested in the cycle before its FETCH (END's argmax write)."""
+        s, hw = self.seq, self.hw
+        nb = 2 + self.cfg.d_model // 32
+        if t == 0:
+            tok_due = 1 - s.load_exit
+        else:
+            tok_due = -1 + s.req_path + hw.mem_base + self.expected_jitter(1)
+        row_due = tok_due + s.rsp_path + s.req_path + nb - 1 + hw.mem_base + self.expected_jitter(nb)
+        return round(row_due + s.rsp_path)
 
     def mix_cycles(self, n_cands: int, d: int) -> int:
         return ResMixer.latency(n_cands, d, self.hw.mix_lanes)
@@ -324,6 +385,8 @@ class PerfModel:
             cost = self.op_cycles(op, t)
             owed = [(c.dst, c.done) for c in cmds if c.done > now]
             res_owed = [c.done for c in cmds if c.res and c.done > now]
+            if k == 0:
+                cost += s.fetch + (s.first_records if op.opc in (Opc.MV, Opc.PLD) else 0)
             waits_all = op.opc in (Opc.EMB, Opc.END) or op.opc == Opc.MV and op.head
             writes = op.opc in (Opc.RMS, Opc.MIX, Opc.EW, Opc.COMB) or op.opc in (Opc.KDA, Opc.MLA) and op.last
             wait = [0]                                      # DISPATCH waits for ...
@@ -333,6 +396,8 @@ class PerfModel:
                 wait += [d - now for d in res_owed]         # ... a residual matvec's results
             if waits_all:
                 wait += [d - now for _, d in owed]          # ... every matvec result
+            if op.opc == Opc.EMB:
+                wait.append(self.fetch_ready(t) - now)      # ... its embedding row
             elif not (op.opc == Opc.MV and op.keep or op.opc == Opc.PLD):
                 hazards = set(op.srcs) | ({op.dst} if writes else set())
                 wait += [d - now for x, d in owed if x in hazards]     # ... the results it depends on
@@ -372,29 +437,31 @@ class PerfModel:
         return out
 
     def load(self, seq_len: int) -> dict[str, int]:
-        """Load-phase cycles per region: one read stream each, a beat a cycle plus the read latency; the
-        embedding rows take ``emb_row`` request cycles a position, then the latency of the last read."""
+        """Load-phase cycles per region, as the phase monitor charges them (the region of the last read the
+        port took): header and descriptors, one read stream each, a beat a cycle plus the read latency;
+        the tensor block a beat a cycle, until position 0's token read follows its last beat; then that
+        beat's latency and ``load_exit`` until position 0's FETCH ("tokens")."""
         from nano_k3.image import plan_layout
         lay = plan_layout(self.cfg, seq_len)
         _, first, end = store_block(self.cfg, self.cfg.group_size)
-        beats = {"header": 16, "descriptors": lay.n_records, "tensors": (end - first) // 16,
-                 "tokens": -(-4 * seq_len // 16)}
         lat = self.hw.mem_base + self.hw.mem_jitter
-        out = {k: b + lat + self.seq.load_step for k, b in beats.items()}
-        out["tokens"] += self.seq.emb_first
-        out["embedding"] = self.seq.emb_row * seq_len + lat + self.seq.emb_rows
-        out["embedding"] += max(0, self.rom_check + self.seq.rom_check - sum(out.values()))
+        out = {k: b + lat + self.seq.load_step for k, b in (("header", 16), ("descriptors", lay.n_records))}
+        out["tensors"] = (end - first) // 16
+        out["tokens"] = lat + self.seq.load_exit - 1
+        out["tokens"] += max(0, self.rom_check + self.seq.rom_check - sum(out.values()))
         return out
 
     def phases(self, seq_len: int) -> dict[str, int]:
-        """Cycles of the whole run by phase: load.<region>, every op phase summed over positions, finish."""
+        """Cycles of the whole run by phase: load.<region>, every op phase summed over positions, finish
+        (the status word waits for the last position's logits beats to leave the logits writer)."""
         if not isinstance(seq_len, int) or not 1 <= seq_len <= self.cfg.max_seq:
             raise ValueError(f"seq_len must be an integer in 1..{self.cfg.max_seq}, got {seq_len!r}")
         out = {f"load.{k}": v for k, v in self.load(seq_len).items()}
         for t in range(seq_len):
             for oc in self.position(t):
                 out[oc.phase] = out.get(oc.phase, 0) + oc.cycles
-        out["finish"] = self.seq.finish
+        head = next(op for op in self.ops if op.opc == Opc.MV and op.head)
+        out["finish"] = self.seq.finish + max(0, self.head_chunks(head)[1] - self.seq.end - 1)
         return out
 
     def total(self, seq_len: int) -> int:
@@ -413,7 +480,8 @@ class PerfModel:
     def read_beats(self, seq_len: int) -> int:
         from nano_k3.image import plan_layout
         lay = plan_layout(self.cfg, seq_len)
-        return 16 + lay.n_records + (lay.tokens_addr - lay.descriptors[0].addr) // 16 + -(-4 * seq_len // 16)
+        _, first, end = store_block(self.cfg, self.cfg.group_size)
+        return 16 + lay.n_records + (end - first) // 16 + seq_len * (1 + 2 + self.cfg.d_model // 32)
 
 
 def chip_perf_params(config: str = "nano", **override) -> ChipPerfParams:

@@ -218,14 +218,14 @@ PRF_READERS = {Opc.RMS: (0,), Opc.MIX: (0, 1), Opc.ROUTE: (0,), Opc.KDA: (0, 1)}
 
 
 def hoist_plds(ops: list[Op]) -> list[Op]:
-    """Move every PLD up to just after the last op before it that reads or loads its parameter buffer
-    (never above the position's first op): the load then runs in the background (hw/sequencer.py)
-    while the ops it passed run."""
+    """Move every PLD up to just after the last op before it that reads or loads its parameter buffer,
+    or to the position's start: the load then runs in the background (hw/sequencer.py) while the ops it
+    passed run (at the start, while EMB waits for the position's embedding row, hw/emb_fetch.py)."""
     out: list[Op] = []
     for op in ops:
         k = len(out)
         if op.opc == Opc.PLD:
-            while k > 1 and op.prf not in PRF_READERS.get(out[k - 1].opc, ()) and not (
+            while k > 0 and op.prf not in PRF_READERS.get(out[k - 1].opc, ()) and not (
                     out[k - 1].opc == Opc.PLD and out[k - 1].prf == op.prf):
                 k -= 1
         out.insert(k, op)

@@ -2,26 +2,31 @@
 
 Block diagram (everything below ``ChipCore``; hw/chip_top.py only renames ports to SPEC §1):
 
-    cmd ─► control FSM ─► MemEngine ◄──► SPEC memory port (reads: header, descriptors, tensors, tokens,
-             │   │                         the tokens' embedding rows; writes: logits beats, argmax words,
-             │   │                         status word)
-             │   └── desc0..3_sram (store beat of every record; the next op's three are prefetched), tok_sram,
-             │       emb_sram (the run's embedding rows: EMB reads its position's)
+    cmd ─► control FSM ─► MemEngine ◄──► SPEC memory port (reads: header, descriptors, tensors; then per
+             │   │           ▲   ▲         position its token and embedding row; writes: logits beats,
+             │   │           │   │         argmax words, status word)
+             │   │     EmbFetch  LogitsWriter (hw/emb_fetch.py, hw/logits_writer.py)
+             │   └── desc0..3_sram (store beat of every record; the next op's three are prefetched)
              ▼
       microcode msh_rom (hw/program.py, one op per word) ─► op register ─► per-op sub-FSM
              │
       VRF msh_sram (slots of X vectors, 16 per word) ◄── collectors ◄── engine outputs
              │        ▲
-             ├─► WordFeeder ─► MacInput (scan / convert) ─► MacArray.act   MacArray.o ─► VRF | logits writer
-             ├─► WordFeeder ─► MlaEngine                                     (argmax tracked per beat)
+             ├─► WordFeeder ─► MacInput (scan / convert) ─► MacArray.act   MacArray.o ─► VRF | LogitsWriter
+             ├─► WordFeeder ─► MlaEngine                                     (FIFO to memory, argmax)
              └─► ElemFeeder (+ PRF a/b msh_sram) ─► NormUnit | ResMixer | Elementwise | KdaEngine |
                                                     MoeRouter (experts, weights → registers) | Combine
       MacArray's weight store ◄── tensor block after the embedding table (load phase); its stream reader
-      fills PRF a/b (PLD). The embedding table stays in memory: the load phase reads only the rows of
-      the run's tokens (three reads a position), which costs ~5 cycles a position instead of the table's
-      1,120 beats and 143,360 bits of store.
+      fills PRF a/b (PLD). The embedding table stays in memory.
       LUT ROMs (``shared_roms``): one msh_rom serves two LUT units of its table, a read port each;
       ROM check (``hw.rom_check``): reads every msh_rom through its port 2 during the load phase.
+
+Positions run as a decoder's: position t + 1's token id and embedding row are read (``EmbFetch``) only once
+position t's argmax word has been taken by the memory engine, whose one request register then sends that
+write before the reads (hw/emb_fetch.py; verification/decoder_order.py checks it on the port). EMB waits
+for the row. What overlaps: the LM head's last logits beats drain from the ``LogitsWriter`` after the
+argmax word (written first; SPEC §4.5 only orders the status word last) while the next token is read,
+and the next position's first parameter load. Position 0's fetch starts with the tensor block's read.
 
 The build serves exactly one model configuration (the micro-program is generated for it): the
 header's dimensions, layer bitmap, record count and logits stride must equal the build's; the group
@@ -50,6 +55,8 @@ from amaranth.lib.wiring import In, Out
 from hw.chip_glue import Combine, ElemFeeder, WordFeeder
 from hw.kda_engine import KdaEngine, KdaParams
 from hw.lut_unit import RomPort, Streamed, clamp, rom_images, shared_rom
+from hw.emb_fetch import EmbFetch
+from hw.logits_writer import LogitsWriter
 from hw.mac_array import EMB_RECORDS, MacArray, emb_table_bytes, mac_array_params_for
 from hw.mac_input import MacInput
 from hw.mem_engine import MemEngine, MemPortSignature
@@ -258,11 +265,6 @@ class ChipCore(wiring.Component):
         # record r in bank r % DESC_BANKS, row r // DESC_BANKS: one cycle reads an op's three records
         desc = [Sram(m, f"desc{b}_sram", max(2, _pow2(nrec) // DESC_BANKS), -(-bb // 8) * 8)
                 for b in range(DESC_BANKS)]
-        tok = Sram(m, "tok_sram", max(2, _pow2(-(-cfg.max_seq // 4))), 128)
-        # the embedding rows of the run's tokens, read in the load phase: per position its .s beat, its .z
-        # beat and its QB .q beats at 4 pos + k (the table itself stays in memory, SPEC §7)
-        QB = cfg.d_model // 32
-        emb_rows = Sram(m, "emb_sram", _pow2(4 * cfg.max_seq), 128)
         ftab = fields(cfg, prog.n_slots)
         op_layout = StructLayout({k: unsigned(v) for k, v in ftab.items()})
         rom_w = prog.word_bits
@@ -331,13 +333,28 @@ class ChipCore(wiring.Component):
         choice = Array(Signal(range(max(2, cfg.n_experts)), name=f"choice{j}") for j in range(cfg.top_k))
         weights = Array(Signal(24, name=f"rweight{j}") for j in range(cfg.top_k))
         dq = [Signal(bb, name=f"desc_q{k}") for k in range(3)]   # the op's .q/.s/.z store beats
-        token = Signal(16)
         rcnt = Signal(range(cfg.top_k + 1))
 
-        # default memory-engine hookups
-        m.d.comb += mem.o.ready.eq(1)
+        # Memory-engine hookups. Reads: the control FSM's load-phase ranges (header, descriptors, tensor
+        # block; their beats go to it while ``load_rx``), otherwise the embedding fetcher's (its requests
+        # start once the FSM's last range is taken). Writes: the FSM's own (argmax words, status) before
+        # the logits writer's beats.
+        fetch = m.submodules.emb_fetch = EmbFetch(cfg.d_model, cfg.max_seq, len_width=chip.mem_len_bits)
+        lw = m.submodules.logits = LogitsWriter(cfg.vocab, lanes=L)
         rd = mem.rd_cmd
         wr = mem.wr
+        load_rx, seq_wr = Signal(), Signal()
+        fetch0 = Signal()                        # position 0's fetch starts with the tensor block's read
+        m.d.comb += [mem.o.ready.eq(1), fetch.beat.valid.eq(mem.o.valid & ~load_rx),
+                     fetch.beat.payload.eq(mem.o.payload), fetch.tok_addr.eq(w[24]),
+                     fetch.q_addr.eq(emb_addr[0]), fetch.s_addr.eq(emb_addr[1]), fetch.z_addr.eq(emb_addr[2]),
+                     fetch.pos.eq(Mux(fetch0, 0, pos + 1))]
+        with m.If(fetch.rd.valid):
+            m.d.comb += [rd.valid.eq(1), rd.payload.eq(fetch.rd.payload), fetch.rd.ready.eq(rd.ready)]
+        m.d.comb += [wr.valid.eq(lw.wr.valid), wr.payload.eq(lw.wr.payload), lw.wr.ready.eq(wr.ready & ~seq_wr)]
+        m.d.sync += fetch0.eq(0)
+        end_taken = Signal()                     # END: the argmax word is taken by the memory engine
+        m.d.comb += fetch.start.eq(fetch0 | end_taken & (pos + 1 != seq_len))
 
         # ---- feeders ---------------------------------------------------------------------------------
         sb = max(1, (prog.n_slots - 1).bit_length())
@@ -444,10 +461,6 @@ class ChipCore(wiring.Component):
 
         # MAC results: VRF words or the logits writer
         head = op.head
-        lw_sub = Signal(2)
-        best_val = Signal(signed(32))
-        best_idx = Signal(range(cfg.vocab))
-        lw_blk = Signal(range(cfg.vocab // L + 1))
         mo = mac.o
         mla_o = mla.o
         # Matvec results are written by their own collector: a queue holds the destination slot of
@@ -543,31 +556,9 @@ class ChipCore(wiring.Component):
                 with m.If(mac.r_data.payload.last):
                     m.d.sync += pld_busy.eq(0)
 
-        # ---- logits writer (head op) ----------------------------------------------------------------
-        lw_valid = Signal()
-        lw_addr = Signal(ADDR_BITS)
-        lw_data = Signal(128)
-        m.d.comb += [lw_valid.eq(is_op(Opc.MV) & head & mo.valid),
-                     lw_addr.eq(row_addr + (lw_blk << _log2(L * 4)) + (lw_sub << 4)),
-                     lw_data.eq(Cat(*[mo.payload.y[j] for j in range(L)]).word_select(lw_sub, 128))]
-        lw_take = Signal()
-        # four values of this beat: lowest index wins ties
-        vals = [mo.payload.y[j] for j in range(L)]
-        bv = [Signal(signed(32), name=f"am_v{k}") for k in range(4)]
-        for k in range(4):
-            with m.Switch(lw_sub):
-                for s_ in range(4):
-                    with m.Case(s_):
-                        m.d.comb += bv[k].eq(vals[4 * s_ + k])
-        c01 = bv[1] > bv[0]
-        v01 = Mux(c01, bv[1], bv[0])
-        i01 = Mux(c01, 1, 0)
-        c23 = bv[3] > bv[2]
-        v23 = Mux(c23, bv[3], bv[2])
-        i23 = Mux(c23, 3, 2)
-        c4 = v23 > v01
-        vmax = Mux(c4, v23, v01)
-        imax = Mux(c4, i23, i01)
+        # ---- logits writer (head op): the MAC array's head results go through ``lw`` ---------------------
+        m.d.comb += [lw.i.payload.y.eq(mo.payload.y.as_value()), lw.i.payload.last.eq(mo.payload.last),
+                     lw.row.eq(row_addr)]
 
         # ---- the control FSM ------------------------------------------------------------------------------
         start_ef, start_wf = Signal(), Signal()
@@ -626,26 +617,11 @@ class ChipCore(wiring.Component):
             for r in range(DESC_BANKS):
                 with m.Case(r):
                     m.d.sync += [pf_q[k].eq(desc[(r + k) % DESC_BANKS].r_data) for k in range(3)]
-        emb_row = Signal(128 * QB)
-        emb_s = Signal(signed(16))
-        emb_z = Signal(4)
         nw_of_n = Signal(range(SW + 1))
         m.d.comb += nw_of_n.eq((op.n + (L - 1)) >> _log2(L))
         m.d.comb += [wf.w0.eq(Mux(is_op(Opc.MLA), op.w0, 0)), wf.nw.eq(Mux(is_op(Opc.MLA), op.nw, nw_of_n))]
         with m.If(in_pos):
             m.d.sync += self.cycles_pos.eq(self.cycles_pos + 1)
-
-        # embedding-row beats (load phase): position er_pos, beat er_k (.s, .z, then the .q beats)
-        er_loading = Signal()
-        er_pos = Signal(range(cfg.max_seq + 1))
-        er_k = Signal(range(QB + 2))
-        with m.If(er_loading & mem.o.valid):
-            m.d.comb += [emb_rows.w_en.eq(1), emb_rows.w_addr.eq(Cat(er_k[:2], er_pos)),
-                         emb_rows.w_data.eq(mem.o.payload.data), emb_rows.w_strb.eq(-1)]
-            with m.If(er_k == QB + 1):
-                m.d.sync += [er_k.eq(0), er_pos.eq(er_pos + 1)]
-            with m.Else():
-                m.d.sync += er_k.eq(er_k + 1)
 
         with m.FSM(name="ctrl"):
             with m.State("IDLE"):
@@ -661,6 +637,7 @@ class ChipCore(wiring.Component):
                     m.next = "HDR_WAIT"
             with m.State("HDR_WAIT"):
                 m.d.sync += self.cycles_load.eq(self.cycles_load + 1)
+                m.d.comb += load_rx.eq(1)
                 with m.If(mem.o.valid):
                     for k in range(8):
                         with m.If(cnt == k):
@@ -683,6 +660,7 @@ class ChipCore(wiring.Component):
                     m.next = "DESC_WAIT"
             with m.State("DESC_WAIT"):
                 m.d.sync += self.cycles_load.eq(self.cycles_load + 1)
+                m.d.comb += load_rx.eq(1)
                 with m.If(mem.o.valid):
                     a = mem.o.payload.data[32:64]
                     NE = len(EMB_RECORDS)
@@ -715,63 +693,19 @@ class ChipCore(wiring.Component):
                 m.d.sync += self.cycles_load.eq(self.cycles_load + 1)
                 m.d.comb += [rd.valid.eq(1), rd.payload.addr.eq(tensor_base), rd.payload.length.eq(w[24] - tensor_base)]
                 with m.If(rd.ready):
-                    m.d.sync += cnt.eq(0)
+                    m.d.sync += [cnt.eq(0), fetch0.eq(1)]
                     m.next = "TENS_WAIT"
             with m.State("TENS_WAIT"):
                 m.d.sync += self.cycles_load.eq(self.cycles_load + 1)
-                m.d.comb += [mac.w.valid.eq(mem.o.valid), mac.w.payload.beat.eq(cnt),
+                m.d.comb += [load_rx.eq(1), mac.w.valid.eq(mem.o.valid), mac.w.payload.beat.eq(cnt),
                              mac.w.payload.data.eq(mem.o.payload.data)]
                 with m.If(mem.o.valid):
                     m.d.sync += cnt.eq(cnt + 1)
                     with m.If(mem.o.payload.last):
-                        m.next = "TOK_REQ"
-            with m.State("TOK_REQ"):
+                        m.next = "ROM_WAIT"
+            with m.State("ROM_WAIT"):           # position 0's token and row arrive meanwhile (EMB waits for them)
                 m.d.sync += self.cycles_load.eq(self.cycles_load + 1)
-                m.d.comb += [rd.valid.eq(1), rd.payload.addr.eq(w[24]), rd.payload.length.eq(seq_len << 2)]
-                with m.If(rd.ready):
-                    m.d.sync += cnt.eq(0)
-                    m.next = "TOK_WAIT"
-            with m.State("TOK_WAIT"):
-                m.d.sync += self.cycles_load.eq(self.cycles_load + 1)
-                m.d.comb += [tok.w_en.eq(mem.o.valid), tok.w_addr.eq(cnt), tok.w_data.eq(mem.o.payload.data),
-                             tok.w_strb.eq(-1)]
-                with m.If(mem.o.valid):
-                    m.d.sync += cnt.eq(cnt + 1)
-                    with m.If(mem.o.payload.last):
-                        m.d.sync += [pos.eq(0), er_pos.eq(0), er_k.eq(0)]
-                        m.next = "EMBR_TOK"
-            # the embedding rows: three reads a position (.s beat, .z beat, .q row), their beats written in
-            # arrival order (the port returns reads in request order) while the next reads are requested
-            with m.State("EMBR_TOK"):
-                m.d.sync += self.cycles_load.eq(self.cycles_load + 1)
-                m.d.comb += [tok.r_en.eq(1), tok.r_addr.eq(pos >> 2)]
-                m.next = "EMBR_CAP"
-            with m.State("EMBR_CAP"):
-                m.d.comb += er_loading.eq(1)
-                m.d.sync += [self.cycles_load.eq(self.cycles_load + 1),
-                             token.eq(tok.r_data.word_select(pos[:2], 32)[:16])]
-                m.next = "EMBR_S"
-            for st, nxt, addr, nbytes in (("EMBR_S", "EMBR_Z", emb_addr[1] + ((token >> 3) << 4), 16),
-                                          ("EMBR_Z", "EMBR_Q", emb_addr[2] + ((token >> 4) << 4), 16),
-                                          ("EMBR_Q", None, emb_addr[0] + token * (cfg.d_model // 2), 16 * QB)):
-                with m.State(st):
-                    m.d.sync += self.cycles_load.eq(self.cycles_load + 1)
-                    m.d.comb += [er_loading.eq(1), rd.valid.eq(1), rd.payload.addr.eq(addr),
-                                 rd.payload.length.eq(nbytes)]
-                    with m.If(rd.ready):
-                        if nxt:
-                            m.next = nxt
-                        else:                            # the next position's token is read right away
-                            m.d.sync += pos.eq(pos + 1)
-                            m.d.comb += [tok.r_en.eq(1), tok.r_addr.eq((pos + 1) >> 2)]
-                            with m.If(pos + 1 == seq_len):
-                                m.next = "EMBR_WAIT"
-                            with m.Else():
-                                m.next = "EMBR_CAP"
-            with m.State("EMBR_WAIT"):
-                m.d.sync += self.cycles_load.eq(self.cycles_load + 1)
-                m.d.comb += er_loading.eq(1)
-                with m.If((er_pos == seq_len) & rom_check.done):
+                with m.If(rom_check.done):
                     with m.If(rom_check.ok):
                         m.d.sync += [pos.eq(0), row_addr.eq(w[25]), pc.eq(0)]
                         m.next = "FETCH"
@@ -802,14 +736,17 @@ class ChipCore(wiring.Component):
                 writes_vrf = (is_op(Opc.RMS) | is_op(Opc.MIX) | is_op(Opc.EW) | is_op(Opc.COMB)
                               | (is_op(Opc.KDA) | is_op(Opc.MLA)) & op.last)
                 needs_desc = is_op(Opc.MV) | is_op(Opc.PLD)
-                with m.If(~pld_hold & (pf_hit | ~needs_desc) & ~(res_pending & ~is_op(Opc.PLD))
+                # EMB waits for its row (fetched after the last position's argmax), the LM head for the last
+                # position's logits to have left the logits writer
+                io_hold = is_op(Opc.EMB) & ~fetch.valid | is_op(Opc.MV) & head & ~lw.drained
+                with m.If(~pld_hold & ~io_hold & (pf_hit | ~needs_desc) & ~(res_pending & ~is_op(Opc.PLD))
                           & ((is_op(Opc.MV) & op.keep) | is_op(Opc.PLD) | (feeds_only & ~src_queued)
                              | (writes_vrf & ~src_queued & ~dst_queued) | (mvq_n == 0))):
                     m.d.comb += holding.eq(0)
                     m.d.sync += [dq[k].eq(pf_q[k]) for k in range(3)]
                     with m.Switch(op.opc):
                         with m.Case(Opc.EMB):
-                            m.next = "EMB_TOK"
+                            m.next = "EMB_W"
                         with m.Case(Opc.MV):
                             with m.If(op.keep):
                                 m.next = "MV_CMD"
@@ -836,37 +773,8 @@ class ChipCore(wiring.Component):
                     advance()
 
             # ---- EMB ---------------------------------------------------------------------------
-            with m.State("EMB_TOK"):
-                m.d.comb += [in_pos.eq(1), tok.r_en.eq(1), tok.r_addr.eq(pos >> 2),
-                             emb_rows.r_en.eq(1), emb_rows.r_addr.eq(Cat(Const(0, 2), pos))]
-                m.next = "EMB_S"
-            # the position's embedding-row words, one a cycle: .s, .z, then the .q beats
-            emb_word_state = [("EMB_S", 1), ("EMB_Z", 2)] + [(f"EMB_Q{j}", 2 + j + 1) for j in range(QB)]
-            for k, (st, nxt_k) in enumerate(emb_word_state):
-                with m.State(st):
-                    m.d.comb += in_pos.eq(1)
-                    if nxt_k < QB + 2:
-                        m.d.comb += [emb_rows.r_en.eq(1), emb_rows.r_addr.eq(Cat(Const(nxt_k, 2), pos))]
-                    d0 = emb_rows.r_data
-                    if st == "EMB_S":
-                        tv = tok.r_data.word_select(pos[:2], 32)[:16]
-                        m.d.sync += [token.eq(tv), emb_s.eq(d0.word_select(tv[:3], 16))]
-                    elif st == "EMB_Z":
-                        m.d.sync += emb_z.eq(d0.word_select(token[:4], 8)[:4])
-                    else:
-                        m.d.sync += emb_row.word_select(k - 2, 128).eq(d0)
-                    m.next = emb_word_state[k + 1][0] if k + 1 < len(emb_word_state) else "EMB_W"
-            with m.State("EMB_W"):
-                m.d.comb += [in_pos.eq(1), emb_we.eq(1)]
-                els = []
-                for j in range(L):
-                    byte = emb_row.word_select(col_cnt[:4] * (L // 2) + j // 2, 8) if True else None
-                    nib = byte[4 * (j % 2):4 * (j % 2) + 4]
-                    v = emb_s * (nib.as_unsigned() - emb_z.as_unsigned()).as_signed()
-                    e = Signal(signed(X.bits), name=f"emb_e{j}")
-                    m.d.comb += e.eq(v << (X.frac - 12))
-                    els.append(e)
-                m.d.comb += emb_word.eq(Cat(*els))
+            with m.State("EMB_W"):           # the fetched row, dequantised, one VRF word a cycle
+                m.d.comb += [in_pos.eq(1), emb_we.eq(1), fetch.word_idx.eq(col_cnt), emb_word.eq(fetch.word)]
                 m.d.sync += col_cnt.eq(col_cnt + 1)
                 with m.If(col_cnt == (cfg.d_model // L) - 1):
                     advance()
@@ -887,25 +795,15 @@ class ChipCore(wiring.Component):
                 m.d.comb += [in_pos.eq(1), cq.w_en.eq(cq.w_rdy & (mvq_n != MV_QUEUE)), minp.convert.eq(1)]
                 with m.If(cq.w_en):
                     with m.If(head):
-                        m.d.sync += [lw_sub.eq(0), lw_blk.eq(0), best_val.eq(-(1 << 31)), best_idx.eq(0)]
+                        m.d.comb += lw.start.eq(1)
                         m.next = "MV_OUT"
                     with m.Else():
                         m.d.comb += mvq_push.eq(1)
                         advance()
-            with m.State("MV_OUT"):           # the LM head: logits to memory, argmax
-                m.d.comb += in_pos.eq(1)
-                with m.If(head):
-                    m.d.comb += [wr.valid.eq(lw_valid), wr.payload.addr.eq(lw_addr), wr.payload.data.eq(lw_data),
-                                 wr.payload.strb.eq(-1), lw_take.eq(lw_valid & wr.ready),
-                                 mo.ready.eq(wr.ready & (lw_sub == 3))]
-                    with m.If(lw_take):
-                        m.d.sync += lw_sub.eq(lw_sub + 1)
-                        with m.If(vmax > best_val):
-                            m.d.sync += [best_val.eq(vmax), best_idx.eq(Cat(imax[:2], lw_sub, lw_blk))]
-                        with m.If(lw_sub == 3):
-                            m.d.sync += lw_blk.eq(lw_blk + 1)
-                            with m.If(mo.payload.last):
-                                advance()
+            with m.State("MV_OUT"):           # the LM head: its results into the logits writer (argmax, memory)
+                m.d.comb += [in_pos.eq(1), lw.i.valid.eq(mo.valid), mo.ready.eq(lw.i.ready)]
+                with m.If(mo.valid & lw.i.ready & mo.payload.last):
+                    advance()
 
             # ---- element ops ---------------------------------------------------------------------------
             with m.State("ELEM"):
@@ -918,14 +816,17 @@ class ChipCore(wiring.Component):
                     advance()
 
             # ---- end of a position -----------------------------------------------------------------
+            # The argmax word goes out ahead of the logits beats still in the writer; the next position's
+            # fetch starts in the cycle the memory engine takes it (its reads follow the write, SPEC §3).
             with m.State("END"):
                 m.d.comb += in_pos.eq(1)
                 am_addr = Signal(ADDR_BITS)
                 m.d.comb += am_addr.eq(w[26] + (pos << 2))
-                m.d.comb += [wr.valid.eq(1), wr.payload.addr.eq(Cat(Const(0, 4), am_addr[4:])),
-                             wr.payload.data.eq(best_idx.as_unsigned() << (pos[:2] * 32)),
-                             wr.payload.strb.eq(Const(0xF, 16) << (pos[:2] * 4))]
-                with m.If(wr.ready):
+                with m.If(lw.argmax_valid):
+                    m.d.comb += [seq_wr.eq(1), wr.valid.eq(1), wr.payload.addr.eq(Cat(Const(0, 4), am_addr[4:])),
+                                 wr.payload.data.eq(lw.argmax.as_unsigned() << (pos[:2] * 32)),
+                                 wr.payload.strb.eq(Const(0xF, 16) << (pos[:2] * 4)), end_taken.eq(wr.ready)]
+                with m.If(end_taken):
                     m.d.sync += [pos.eq(pos + 1), row_addr.eq(row_addr + logits_stride(cfg)), pc.eq(0)]
                     with m.If(pos + 1 == seq_len):
                         m.d.sync += status_word.eq(STATUS_DONE)
@@ -939,13 +840,14 @@ class ChipCore(wiring.Component):
                     m.next = "STATUS"
                 with m.Else():
                     m.next = "DRAIN"
-            with m.State("STATUS"):
-                m.d.comb += [wr.valid.eq(1), wr.payload.addr.eq(w[27]), wr.payload.data.eq(status_word),
-                             wr.payload.strb.eq(-1)]
-                with m.If(wr.ready):
-                    m.next = "DRAIN"
+            with m.State("STATUS"):           # the last write: after every logits beat
+                with m.If(lw.drained):
+                    m.d.comb += [seq_wr.eq(1), wr.valid.eq(1), wr.payload.addr.eq(w[27]),
+                                 wr.payload.data.eq(status_word), wr.payload.strb.eq(-1)]
+                    with m.If(wr.ready):
+                        m.next = "DRAIN"
             with m.State("DRAIN"):
-                with m.If(mem.writes_drained & mem.idle):
+                with m.If(mem.writes_drained & mem.idle & ~fetch.busy):
                     m.next = "RSP"
             with m.State("RSP"):
                 m.d.comb += [self.rsp.valid.eq(1), self.rsp.payload.eq(RSP_DONE)]

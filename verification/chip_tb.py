@@ -232,6 +232,7 @@ class Observation:
     timeout: bool = False
     responses: list[tuple[int, int]] = field(default_factory=list)   # (cycle, word) of every response taken
     writes: list[tuple[int, int, int, int]] = field(default_factory=list)  # (cycle, addr, wdata, wstrb), all
+    reads: list[tuple[int, int]] = field(default_factory=list)             # (cycle, addr) of every read accepted
     stats: dict = field(default_factory=dict)       # MemStats.as_dict() up to and including the DONE cycle
     first_addr_error: tuple[int, str, int] | None = None  # (cycle, "read"/"write", addr)
     rand_reset: bool = False
@@ -476,13 +477,16 @@ class RunReport:
 
 
 def check_run(run: RunSpec, layout: ImageLayout, final_mem: bytes, obs: Observation, ref: Reference) -> RunReport:
-    """Every SPEC §2/§3/§4.5/§7 gate of one run, from the final memory and what the ports saw."""
+    """Every SPEC §2/§3/§4.5/§7 gate of one run, from the final memory and what the ports saw, and the
+    decoder order (no position's input read before the previous position's argmax word)."""
+    from verification.decoder_order import check_decoder_order
     checks = [check_completion(obs, run.max_cycles)]
     logits, argmax, status = read_output_arrays(final_mem, layout)
     checks.append(check_status(layout, status, obs.writes))
     checks.append(check_done_order(layout, obs))
     checks.append(check_addr_errors(layout, obs.stats.get("addr_errors", 0), obs.first_addr_error))
     checks.append(check_dense_floor(obs.stats.get("read_beats", 0), weight_bytes(layout.cfg).dense))
+    checks.append(check_decoder_order(layout, final_mem, obs.reads, obs.writes))      # verification/decoder_order.py
     exact, div = check_bit_exact(logits, ref.fixed_logits)
     checks.append(exact)
     checks.append(check_argmax_words(argmax, ref.fixed_argmax))
@@ -497,15 +501,19 @@ def check_run(run: RunSpec, layout: ImageLayout, final_mem: bytes, obs: Observat
 
 
 class ChipMemory(MemoryModel):
-    """The SPEC §3 memory model, also remembering the first out-of-range or misaligned request."""
+    """The SPEC §3 memory model, also remembering the first out-of-range or misaligned request and every
+    read (cycle, address), for the decoder-order monitor (``check_decoder_order``)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.first_addr_error: tuple[int, str, int] | None = None
+        self.reads: list[tuple[int, int]] = []
 
     def _accept(self, cycle: int, write: int, addr: int, wdata: int, wstrb: int) -> None:
         if self.first_addr_error is None and not self.in_range(addr):
             self.first_addr_error = (cycle, "write" if write else "read", addr)
+        if not write:
+            self.reads.append((cycle, addr))
         super()._accept(cycle, write, addr, wdata, wstrb)
 
 
@@ -580,6 +588,7 @@ class ChipTB:
         if not obs.stats:
             obs.stats = self.mem.stats.as_dict()
         obs.writes = list(self.mem.stats.writes)
+        obs.reads = list(self.mem.reads)
         obs.first_addr_error = self.mem.first_addr_error
         return obs
 

@@ -5,8 +5,8 @@
 flag (a position is being processed) and the memory port, and charges the cycle to
 
 * ``load.<region>`` before the first position: the region of the most recent read request the port
-  accepted (``header``, ``descriptors``, ``tensors``, ``tokens``, ``embedding``: the chip reads them in
-  that order, the last being its tokens' embedding rows);
+  accepted (``header``, ``descriptors``, ``tensors``, ``tokens``, ``embedding``; the chip reads the first
+  three, then position 0's token, and reads embedding rows only within positions, so ``embedding`` stays 0);
 * ``ops[pos][pc]`` while ``in_pos``: op ``pc`` of the micro-program (hw/program.py) at position ``pos``
   — every cycle of the op including its DISPATCH / DESC overhead (and FETCH for the first op);
 * ``finish`` after the last position: status write, write drain, DONE response.
@@ -34,9 +34,8 @@ LOAD_REGIONS = ("header", "descriptors", "tensors", "tokens", "embedding")
 
 
 def load_region(layout, addr: int) -> str:
-    """Which load-phase region a read request address belongs to (SPEC §4 layout order): the chip reads
-    the header, the descriptors, the tensors after the embedding table, the tokens, then the tokens'
-    embedding rows."""
+    """Which load-phase region a read request address belongs to (SPEC §4 layout order): the header, the
+    descriptors, the embedding table, the tensors after it, the token array."""
     table = layout.descriptors[0].addr
     first = layout.descriptors[len(EMB_RECORDS)].addr
     if addr < layout.desc_addr:
