@@ -334,9 +334,9 @@ async def mac_timing(dut):
 
 # ---- pytest runners --------------------------------------------------------------------------------------
 def _run(preset_name: str, cases: int, testcase=None, scale_lanes: int | None = None):
-    from amaranth.back import verilog
+    from amaranth.back import rtlil
     from hw.params import preset
-    from rtl_gen import emit, read_filelist
+    from rtl_gen import emit, lint_clean, read_filelist
     from verification.runner import MODELS, SIM_ROOT, lint, run_cocotb
     name = f"mac_array_{preset_name}" + (f"_s{scale_lanes}" if scale_lanes is not None else "")
     out = emit("mac_array", SIM_ROOT / name / "rtl", preset(preset_name))
@@ -344,7 +344,7 @@ def _run(preset_name: str, cases: int, testcase=None, scale_lanes: int | None = 
     if scale_lanes is not None:     # the preset's array with another number of s·d multipliers
         p = dataclasses.replace(mac_array_params_for(preset(preset_name)), scale_lanes=scale_lanes)
         rtl = [out.verilog.with_name(f"{out.top}_s{scale_lanes}.v")]
-        rtl[0].write_text(verilog.convert(MacArray(p), name=out.top, emit_src=False))
+        rtl[0].write_text(lint_clean.to_verilog(rtlil.convert(MacArray(p), name=out.top, emit_src=False), out.top))
         env[SCALE_LANES_ENV] = str(scale_lanes)
     sources = [*rtl, MODELS / "msh_sram.v"]
     lint_result = lint(sources, out.top)
