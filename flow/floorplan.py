@@ -16,7 +16,8 @@ tile to the engine whose hierarchy holds its ``msh_sram``.
    group until they are split last, and then share an edge. Cuts lie on the site grid (x), row grid (y);
 3. macros: packed in shelves along the region edge that faces the fewest nets to other regions (the die
    edge when the region touches it), so the region's logic faces the engines it talks to;
-4. rows: each region's rows stop at its macros' keep-outs. A region left with too few rows for its cells
+4. rows: each region's rows stop at its shelves of macros (a shelf's macros and keep-out rings as one
+   box, so no row stretch is left between two macros). A region left with too few rows for its cells
    (grid snapping, macro packing) gets more area and the arrangement is made again;
 5. I/O pins: on the die edge next to the region their net reaches (most pins), in port order, at least one
    site apart.
@@ -280,6 +281,19 @@ def place_macros(d: Design, tiles: list[int], rect: Rect, halo: int, costs: dict
     return None
 
 
+def shelf_blocks(d: Design, xy: dict[int, tuple[int, int]], halo: int, edge: str) -> list[Rect]:
+    """One keep-out box per shelf of macros (the box around its macros and their halos): rows stop at a
+    shelf, not at each macro, so no short row stretches are left between macros or beside a shorter
+    one, where the legaliser would strand cells far from the rest of their engine."""
+    shelves: dict[int, list[Rect]] = {}
+    for i, (x, y) in xy.items():
+        w, h = d.comp_w[i], d.comp_h[i]
+        key = {"bottom": y, "top": y + h, "left": x, "right": x + w}[edge]
+        shelves.setdefault(key, []).append((x - halo, y - halo, x + w + halo, y + h + halo))
+    return [(min(b[0] for b in bs), min(b[1] for b in bs), max(b[2] for b in bs), max(b[3] for b in bs))
+            for bs in shelves.values()]
+
+
 def region_rows(k: int, rect: Rect, blocked: list[Rect], core_y0: int, rh: int, sw: int) -> list[DefRow]:
     """The rows of region ``k``: every row of the core inside ``rect``, stopping at macro keep-outs. Row
     orientation alternates with the row's index in the core, so abutting regions agree."""
@@ -304,7 +318,7 @@ def _fit(d: Design, regions: list[Region], rects: list[Rect], w: np.ndarray, hal
             continue
         xy, r.macro_edge = packed
         macro_xy.update(xy)
-        blocked = [(x - halo, y - halo, x + d.comp_w[i] + halo, y + d.comp_h[i] + halo) for i, (x, y) in xy.items()]
+        blocked = shelf_blocks(d, xy, halo, r.macro_edge)
         r.rows = region_rows(k, rect, blocked, core[1], rh, sw)
         if r.cells:
             room = r.row_area(rh)

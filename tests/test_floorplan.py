@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from flow.floorplan import (BALANCE, FIT_SLACK, adjacent, arrange, bipartition, io_positions, place_macros,
+                            region_rows, shelf_blocks,
                             region_floorplan)
 from flow.floorplan_out import draw_floorplan, floorplan_json
 from flow.macro_map import MACRO_HALO_UM, storage_lib
@@ -98,6 +99,26 @@ def test_macros_go_to_the_quietest_edge_that_holds_them():
     xy, edge = place_macros(d, [0, 1], rect, halo, {"bottom": 1, "top": 0.0, "left": 5, "right": 3})
     assert edge == "top" and all(y + 120_000 + halo == 200_000 for _, y in xy.values())
     assert place_macros(d, [0, 1], (0, 0, 30_000, 30_000), halo, {"bottom": 0, "top": 0, "left": 0, "right": 0}) is None
+
+
+def test_rows_stop_at_a_shelf_not_between_its_macros():
+    """Three macros in one shelf (a column) on the right edge, one of them narrower: keep-outs per macro
+    would leave row stretches beside the narrow one, inside the column; per shelf no row enters it."""
+    d = _Tiles([(40_000, 100_000), (30_000, 60_000), (40_000, 100_000)])
+    rect, halo, rh, sw = (0, 0, 200_000, 340_000), 2000, 1400, 190
+    xy, edge = place_macros(d, [0, 1, 2], rect, halo, {"bottom": 9, "top": 9, "left": 9, "right": 0.0})
+    assert edge == "right"
+    blocks = shelf_blocks(d, xy, halo, edge)
+    assert len(blocks) == 1
+    column = blocks[0]
+
+    def inside(row, box):
+        return row.x < box[2] and row.x + row.num_x * row.step_x > box[0] and box[1] <= row.y < box[3]
+
+    per_macro = [(x - halo, y - halo, x + d.comp_w[i] + halo, y + d.comp_h[i] + halo) for i, (x, y) in xy.items()]
+    assert any(inside(r, column) for r in region_rows(0, rect, per_macro, 0, rh, sw))
+    rows = region_rows(0, rect, blocks, 0, rh, sw)
+    assert rows and not any(inside(r, b) for r in rows for b in blocks)
 
 
 def test_io_pins_sit_on_the_die_edge_next_to_their_region_one_pitch_apart():
