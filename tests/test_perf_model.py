@@ -9,7 +9,7 @@ import dataclasses
 
 import pytest
 
-from hw.perf_model import PerfModel, chip_perf_params, model_for, op_phase
+from perf.model import PerfModel, chip_perf_params, model_for, op_phase
 from hw.program import Opc, program_for
 from nano_k3.config import preset
 

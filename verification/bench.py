@@ -90,7 +90,7 @@ def simulate(rtl_dir: Path, runs: Sequence[RunSpec], name: str = SIM_NAME) -> Be
 
 def measured_phases(phases: dict, ops) -> dict[str, int]:
     """The monitor's counts folded into the model's phase names (``hw.perf_model.op_phase``)."""
-    from hw.perf_model import op_phase
+    from perf.model import op_phase
     names = op_phase(list(ops))
     out = {f"load.{k}": v["cycles"] for k, v in phases["load"].items()}
     for row in phases["ops"]:                                   # one row per position
@@ -102,7 +102,7 @@ def measured_phases(phases: dict, ops) -> dict[str, int]:
 
 def port_accounting(phases: dict, ops) -> dict[str, dict[str, int]]:
     """Request-channel cycles per class (``PORT_CLASSES``) for load, each position phase, finish, total."""
-    from hw.perf_model import op_phase
+    from perf.model import op_phase
     from verification.phase_monitor import PORT_CLASSES
     names = op_phase(list(ops))
     acc: dict[str, list[int]] = {"load": [0] * len(PORT_CLASSES)}
@@ -132,7 +132,7 @@ def op_class_breakdown(phases: dict, ops) -> dict[str, int]:
 
 
 def analyse_run(run: RunSpec, report: dict, phases: dict) -> dict:
-    from hw.perf_model import PerfModel
+    from perf.model import PerfModel
     from hw.program import program_for
     cfg = run.model_config()
     ops = program_for(cfg).ops
