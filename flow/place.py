@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import pickle
 import shutil
 import sys
 import time
@@ -125,6 +126,32 @@ def write_outputs(d: Design, fp: Floorplan, lef: Lef, xs, ys, orient, stage: Pat
             cap += c
     write_def(stage / f"{d.top}.def", d.top, dbu, fp.die, fp.rows, comps, pins, nets)
     return {"hpwl_um": hpwl, "wire_um": wire, "wire_cap_ff": cap, "nets": len(nets)}
+
+
+# ---------------------------------------------------------------------------------------------- state
+
+STATE_FILE = "placed.pickle"
+STATE_SCHEMA = "nano-k3/placed-state/1"
+
+
+def save_state(path: Path, module: dict, d: Design, fp: Floorplan, xs, ys, orient, macro_modules: str) -> None:
+    """The placement as flow/signoff.py continues from it: the flat netlist (Yosys JSON module), the
+    placement objects, the floorplan and every cell's position and orientation. Derived, written with the
+    other outputs into the stage folder, so it never outlives the placement it belongs to."""
+    with open(path, "wb") as f:
+        pickle.dump({"schema": STATE_SCHEMA, "module": module, "design": d, "floorplan": fp, "xs": list(xs),
+                     "ys": list(ys), "orient": list(orient), "macro_modules": macro_modules}, f,
+                    protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def load_state(path: Path) -> dict:
+    if not path.is_file():
+        raise PlaceError(f"{path} not found: run `make place` (python -m flow.place) first")
+    with open(path, "rb") as f:
+        state = pickle.load(f)
+    if state.get("schema") != STATE_SCHEMA:
+        raise PlaceError(f"{path} is {state.get('schema')!r}, not {STATE_SCHEMA}: run `make place` again")
+    return state
 
 
 # ---------------------------------------------------------------------------------------------- driver
@@ -258,7 +285,8 @@ def place(synth: Path, out: Path, utilization: float = 0.6, effort: int = 1, cor
         (lef, sizes, liberty, rc, clock) if repair_fanout else None, timing, stage / "regions")
 
     t = time.monotonic()
-    progress(f"writing the placed netlist {top}.v ...")
+    progress(f"writing the placed netlist {top}.v and the placement state for flow.signoff ...")
+    save_state(stage / STATE_FILE, module, d, fp, xs, ys, orient, macro_modules)
     with open(stage / f"{top}.v", "w") as f:
         write_verilog(f, module, top, net_names(module), lambda key, c: inst_path(key, c.get("attributes", {})),
                       macro_modules)
@@ -275,6 +303,7 @@ def place(synth: Path, out: Path, utilization: float = 0.6, effort: int = 1, cor
     timing["outputs_s"] = time.monotonic() - t
 
     files = {"netlist": f"{top}.v", "def": f"{top}.def", "spef": f"{top}.spef", "sta": "sta/sta.json",
+             "state": STATE_FILE,
              "macros": "macros.txt", "floorplan": "floorplan.json", "floorplan_png": "floorplan.png"}
     progress(f"post-placement STA at {corners}{', the layout meanwhile' if picture else ''} ...")
     # OpenSTA runs in child processes: this thread only waits for them, while the main one writes the layout.

@@ -52,11 +52,26 @@ def progress(msg: str) -> None:
     print(f"[sta] {msg}", file=sys.stderr, flush=True)
 
 
-def tcl_script(liberty: Path, netlist: Path, top: str, clock: str, period_ns: float, paths_file: Path,
-               parasitics: Path | None = None) -> str:
-    """The script of one corner; with ``parasitics`` (a SPEF, e.g. from flow/place.py) its wire RC replaces
-    the wire-load model."""
+def constraints_tcl(clock: str, period_ns: float, uncertainty: tuple[float, float] | None = None) -> str:
+    """The design's constraints (module docstring) as Tcl, for a design already linked; ``uncertainty``:
+    (setup, hold) clock uncertainty in ns, standing in for the skew and jitter of a clock tree not built."""
     io = IO_DELAY_FRACTION * period_ns
+    extra = (f"\nset_clock_uncertainty -setup {uncertainty[0]} [get_clocks {{{clock}}}]"
+             f"\nset_clock_uncertainty -hold {uncertainty[1]} [get_clocks {{{clock}}}]" if uncertainty else "")
+    return f"""\
+if {{[llength [get_ports -quiet {{{clock}}}]] == 0}} {{ error "no clock port named {clock}" }}
+create_clock -name {clock} -period {period_ns} [get_ports {{{clock}}}]
+set ios [delete_from_list [all_inputs] [get_ports {{{clock}}}]]
+set_input_delay {io} -clock {clock} $ios
+set_output_delay {io} -clock {clock} [all_outputs]
+set_driving_cell -lib_cell {DRIVING_CELL[0]} -pin {DRIVING_CELL[1]} $ios
+set_load {OUTPUT_LOAD_FF} [all_outputs]{extra}"""
+
+
+def tcl_script(liberty: Path, netlist: Path, top: str, clock: str, period_ns: float, paths_file: Path,
+               parasitics: Path | None = None, uncertainty: tuple[float, float] | None = None) -> str:
+    """The script of one corner; with ``parasitics`` (a SPEF, e.g. from flow/place.py) its wire RC replaces
+    the wire-load model. Pins over the library's max transition are listed in ``<paths_file>.slew``."""
     wires = (f"read_spef {{{parasitics}}}\nputs \"@@PARASITICS\"" if parasitics
              else f"set_wire_load_model -name {WIRE_LOAD}")
     # OpenSTA 2.0 reports an error and goes on with the next command; the @@ markers let the caller check
@@ -68,18 +83,14 @@ read_liberty {{{liberty}}}
 read_verilog {{{netlist}}}
 link_design {{{top}}}
 puts "@@LINKED"
-if {{[llength [get_ports -quiet {{{clock}}}]] == 0}} {{ error "no clock port named {clock} in {top}" }}
-create_clock -name {clock} -period {period_ns} [get_ports {{{clock}}}]
-set ios [delete_from_list [all_inputs] [get_ports {{{clock}}}]]
-set_input_delay {io} -clock {clock} $ios
-set_output_delay {io} -clock {clock} [all_outputs]
-set_driving_cell -lib_cell {DRIVING_CELL[0]} -pin {DRIVING_CELL[1]} $ios
-set_load {OUTPUT_LOAD_FF} [all_outputs]
+{constraints_tcl(clock, period_ns, uncertainty)}
 {wires}
 puts "@@WORST_SLACK_MAX [sta::worst_slack_cmd max]"
 puts "@@WORST_SLACK_MIN [sta::worst_slack_cmd min]"
 puts "@@TNS_MAX [sta::total_negative_slack_cmd max]"
 report_checks -path_delay max -group_count {N_PATHS} -endpoint_count 1 -digits 4 > {{{paths_file}}}
+report_checks -path_delay min -group_count 1 -endpoint_count 1 -digits 4 > {{{paths_file}.hold}}
+report_check_types -max_transition -all_violators > {{{paths_file}.slew}}
 puts "@@DONE"
 }} err]}} {{
   puts "@@ERROR $err"
@@ -115,10 +126,10 @@ def _marker(out: str, name: str) -> float | None:
 
 
 def run_corner(corner: str, liberty: Path, netlist: Path, top: str, clock: str, period_ns: float,
-               out: Path, parasitics: Path | None = None) -> dict:
+               out: Path, parasitics: Path | None = None, uncertainty: tuple[float, float] | None = None) -> dict:
     tcl, log, paths_file = out / f"{corner}.tcl", out / f"{corner}.log", out / f"{corner}_paths.rpt"
     tcl.write_text(tcl_script(liberty.resolve(), netlist.resolve(), top, clock, period_ns, paths_file.resolve(),
-                              parasitics.resolve() if parasitics else None))
+                              parasitics.resolve() if parasitics else None, uncertainty))
     t0 = time.monotonic()
     proc = subprocess.run(["sta", "-no_init", "-no_splash", "-exit", str(tcl)], capture_output=True, text=True,
                           stdin=subprocess.DEVNULL)
@@ -131,6 +142,9 @@ def run_corner(corner: str, liberty: Path, netlist: Path, top: str, clock: str, 
                        + "\n".join(errors or text.splitlines()[-10:]))
     wns, hold, tns = (_marker(text, k) for k in ("WORST_SLACK_MAX", "WORST_SLACK_MIN", "TNS_MAX"))
     paths = parse_paths(paths_file.read_text()) if paths_file.exists() else []
+    hold_file, slew_file = (paths_file.with_name(paths_file.name + x) for x in (".hold", ".slew"))
+    hold_paths = parse_paths(hold_file.read_text()) if hold_file.exists() else []
+    slew = slew_file.read_text().count("(VIOLATED)") if slew_file.exists() else None
     warnings = [ln for ln in text.splitlines() if ln.startswith("Warning")]
     return {
         "liberty": str(liberty),
@@ -141,9 +155,12 @@ def run_corner(corner: str, liberty: Path, netlist: Path, top: str, clock: str, 
         "min_period_ns": None if wns is None else round(period_ns - wns, 4),
         "fmax_mhz": None if wns is None else round(1e3 / (period_ns - wns), 2),
         "paths": paths,
+        "worst_hold_path": hold_paths[0] if hold_paths else None,
+        "max_transition_violations": slew,
         "warnings": len(warnings),
         "runtime_s": round(runtime, 2),
-        "files": {"tcl": tcl.name, "log": log.name, "paths": paths_file.name},
+        "files": {"tcl": tcl.name, "log": log.name, "paths": paths_file.name, "hold_path": hold_file.name,
+                  "max_transition": slew_file.name},
     }
 
 
@@ -166,10 +183,12 @@ def summary_text(r: dict) -> str:
 
 def run_sta(synth: Path, out: Path, corners: list[str], period_ns: float, clock: str = "clk",
             cache: Path = REPO / "build" / "pdk_cache", parasitics: Path | None = None,
-            netlist: Path | None = None, jobs: int | None = None) -> dict:
+            netlist: Path | None = None, jobs: int | None = None,
+            uncertainty: tuple[float, float] | None = None) -> dict:
     """All corners, ``jobs`` OpenSTA processes at a time (default: one per CPU); ``parasitics``: a SPEF to
     time with instead of the wire-load model (post-placement); ``netlist``: the netlist to time instead of
-    synthesis' (the placed, repaired one of flow/place.py)."""
+    synthesis' (the placed, repaired one of flow/place.py); ``uncertainty``: (setup, hold) clock uncertainty
+    in ns (sign-off)."""
     synth_json = synth / "synth.json"
     if not synth_json.is_file():
         raise StaError(f"{synth_json} not found: run `make synth` (python -m flow.synth) first")
@@ -203,7 +222,7 @@ def run_sta(synth: Path, out: Path, corners: list[str], period_ns: float, clock:
 
     def one(corner: str) -> dict:
         r = run_corner(corner, pdk.plain_liberty(corner, cache), netlist, s["top"], clock, period_ns, stage,
-                       parasitics)
+                       parasitics, uncertainty)
         progress(f"{corner}: WNS {r['wns_ns']} ns, min period {r['min_period_ns']} ns ({r['runtime_s']} s)")
         return r
 
@@ -225,7 +244,9 @@ def run_sta(synth: Path, out: Path, corners: list[str], period_ns: float, clock:
                         "wire_load": None if parasitics else WIRE_LOAD,
                         "parasitics": str(parasitics) if parasitics else None,
                         "driving_cell": DRIVING_CELL[0], "output_load_ff": OUTPUT_LOAD_FF,
-                        "clock_model": "ideal", "macros": "empty modules: paths cut at macro pins"},
+                        "clock_model": "ideal", "macros": "empty modules: paths cut at macro pins",
+                        "clock_uncertainty_ns": ({"setup": uncertainty[0], "hold": uncertainty[1]}
+                                                 if uncertainty else None)},
         "corners": result_corners,
         "runtime_s": round(runtime, 2),              # all corners, wall clock
         "finished_unix": round(time.time(), 1),

@@ -1,0 +1,296 @@
+"""Timing repair after placement and sign-off of the placed chip.
+
+    python -m flow.signoff [--place build/place] [--synth build/synth] [--out build/signoff]
+                           [--period 10] [--budget 900]
+
+Continues from ``make place`` (its ``placed.pickle``: the flat netlist, the placement and the floorplan):
+
+1. sizing (flow/resize.py): one OpenSTA process at the slow corner, with the placed wires' SPEF and the
+   sign-off clock uncertainty, sizes up the drivers on the violating paths until the worst slack is met,
+   stops improving or ``--budget`` seconds are used;
+2. hold (flow/hold.py): a second OpenSTA process at the fast corner takes the same sizes and puts delay
+   buffers in front of the data pins whose hold check fails;
+3. the sized cells and the hold buffers go into the netlist; the placement is re-legalised row by row
+   (flow/relegalize.py: stronger cells are wider, a buffer starts at its sink); netlist, DEF and SPEF are
+   written again from the new positions;
+4. sign-off STA (flow/sta.py) at slow, typical and fast with that SPEF and a clock uncertainty of
+   ``SETUP_UNCERTAINTY_NS`` (setup) and ``HOLD_UNCERTAINTY_NS`` (hold) in place of a clock tree's skew and
+   jitter (no clock tree is built): setup WNS/TNS per corner, hold at every corner, max-transition
+   violations (OpenSTA), max-capacitance and max-fanout violations (flow/design_rules.py);
+5. the routing demand of the final placement (flow/rudy.py), drawn as ``rudy.png``.
+
+``signoff.json`` says whether the chip signs off: setup met at every corner, hold met at the fast
+corner, and no transition, capacitance or fanout violation. Written into ``<out>.tmp``, then moved.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from flow import design_rules, hold, rudy
+from flow.cli import publish, report_stage
+from flow.macro_map import MacroMapError, storage_lib
+from flow.parasitics import RcModel
+from flow.place import STATE_FILE, _read_lefs, load_state, write_outputs
+from flow.place_flat import pin_xy
+from flow.place_netlist import PlaceError, build_design, inst_path, net_names, progress
+from flow.relegalize import relegalize
+from flow.repair import input_caps, write_verilog
+from flow.resize import resize, size_ladders, swap
+from flow.sta import StaError, constraints_tcl, run_sta
+from flow.sta_session import StaSession, StaSessionError
+from flow.synth import liberty_areas
+from flow.toolchain import ToolError
+from pdk_config import PdkError, find_pdk
+from pdk_config.nangate45 import CORNERS
+
+REPO = Path(__file__).resolve().parent.parent
+SETUP_UNCERTAINTY_NS = 0.3
+HOLD_UNCERTAINTY_NS = 0.05
+SIZING_CORNER = "slow"
+HOLD_CORNER = "fast"
+
+
+class SignoffError(RuntimeError):
+    """Sign-off could not run; the message says why and what to run first."""
+
+
+def _session(stage: Path, corner: str, liberty: Path, netlist: Path, spef: Path, top: str, clock: str,
+             period_ns: float) -> StaSession:
+    sta = StaSession(stage / f"{corner}_session.log")
+    progress(f"{corner} corner: reading {netlist.name} and {spef.name} into OpenSTA ...")
+    sta.run(f"read_liberty {{{liberty}}}\nread_verilog {{{netlist}}}\nlink_design {{{top}}}\n"
+            + constraints_tcl(clock, period_ns, (SETUP_UNCERTAINTY_NS, HOLD_UNCERTAINTY_NS))
+            + f"\nread_spef {{{spef}}}")
+    return sta
+
+
+def _repair(pdk, cache: Path, placed: dict, place_dir: Path, module: dict, top: str, clock: str, period_ns: float,
+            budget_s: float, stage: Path):
+    """Sizing at the slow corner, then hold buffers at the fast corner on the sized netlist."""
+    netlist = (place_dir / placed["files"]["netlist"]).resolve()
+    spef = (place_dir / placed["files"]["spef"]).resolve()
+    slow = pdk.plain_liberty(SIZING_CORNER, cache).resolve()
+    with _session(stage, SIZING_CORNER, slow, netlist, spef, top, clock, period_ns) as sta:
+        sized = resize(sta, size_ladders(list(liberty_areas(slow))), 0.0, budget_s, progress)
+    with _session(stage, HOLD_CORNER, pdk.plain_liberty(HOLD_CORNER, cache).resolve(), netlist, spef, top, clock,
+                  period_ns) as sta:
+        swap(sta, sized.replaced)
+        held = hold.fix_hold(sta, set(module["cells"]), progress)
+    return sized, held
+
+
+def _rebuild(module: dict, top: str, lef, sizes, d, fp, xs, ys, orient, held: hold.HoldResult):
+    """The placement objects of the repaired netlist, with the placed positions; a hold buffer starts at
+    its sink's place (flow/relegalize.py finds it a site). The macros' floorplan positions are re-keyed."""
+    new = build_design(module, top, lef, sizes)
+    at = {name: k for k, name in enumerate(d.comp_name)}
+    sink_of = {buf: inst for buf, inst, _ in held.inserted}
+    nxs, nys, nor, groups = [], [], [], []
+    for i, name in enumerate(new.comp_name):
+        k = at.get(name)
+        if k is None:
+            src = sink_of[name]
+            while src in sink_of:                    # a chain: the buffer next to the flip-flop first
+                src = sink_of[src]
+            k = at[src]
+        nxs.append(xs[k])
+        nys.append(ys[k])
+        nor.append(orient[k])
+        groups.append(d.comp_group[k])
+    fp.macro_xy = {i: fp.macro_xy[at[new.comp_name[i]]] for i in range(new.n_std, len(new.comp_name))
+                   if at.get(new.comp_name[i]) in fp.macro_xy}
+    new.comp_group, new.group_kind = groups, d.group_kind
+    return new, nxs, nys, nor
+
+
+def _net_boxes(d, fp, xs, ys, orient, dbu: int) -> np.ndarray:
+    boxes = np.zeros((len(d.net_pins), 4))
+    for k, pins in enumerate(d.net_pins):
+        pts = [pin_xy(d, fp, xs, ys, orient, p) for p in pins]
+        px, py = [x for x, _ in pts], [y for _, y in pts]
+        boxes[k] = (min(px) / dbu, min(py) / dbu, max(px) / dbu, max(py) / dbu)
+    return boxes
+
+
+def signoff(place_dir: Path, synth: Path, out: Path, period_ns: float = 10.0, clock: str = "clk",
+            budget_s: float = 900.0, cache: Path = REPO / "build" / "pdk_cache") -> dict:
+    t_start = time.monotonic()
+    pj = place_dir / "place.json"
+    if not pj.is_file():
+        raise SignoffError(f"{pj} not found: run `make place` (python -m flow.place) first")
+    placed = json.loads(pj.read_text())
+    if "state" not in placed.get("files", {}):
+        raise SignoffError(f"{place_dir} is from an older flow.place (no {STATE_FILE}): run `make place` again")
+    try:
+        pdk = find_pdk()
+        lef = _read_lefs(pdk)
+        sizes = storage_lib(pdk, cache)
+        state = load_state(place_dir / STATE_FILE)
+    except (PdkError, PlaceError, MacroMapError) as e:
+        raise SignoffError(str(e)) from None
+    top, module, d, fp = placed["top"], state["module"], state["design"], state["floorplan"]
+    xs, ys, orient = state["xs"], state["ys"], state["orient"]
+    rc, dbu = RcModel.from_lef(lef), lef.dbu
+    stage = out.with_name(out.name + ".tmp")
+    if stage.exists():
+        shutil.rmtree(stage)
+    stage.mkdir(parents=True)
+    timing = {}
+
+    t = time.monotonic()
+    try:
+        sized, held = _repair(pdk, cache, placed, place_dir, module, top, clock, period_ns, budget_s, stage)
+    except (StaSessionError, ToolError) as e:
+        raise SignoffError(f"timing repair: {e}") from None
+    timing["repair_s"] = time.monotonic() - t
+
+    t = time.monotonic()
+    key_of = dict(zip(d.comp_name, d.comp_key))
+    for inst, cell in sized.replaced.items():
+        module["cells"][key_of[inst]]["type"] = cell
+    hold.apply(module, held, key_of)
+    d, xs, ys, orient = _rebuild(module, top, lef, sizes, d, fp, xs, ys, orient, held)
+    try:
+        legal = relegalize(d, fp, xs, ys, orient)
+    except PlaceError as e:
+        raise SignoffError(f"re-legalisation after repair: {e}") from None
+    timing["relegalize_s"] = time.monotonic() - t
+    progress(f"re-legalised: {legal['cells_moved']:,} cells moved, {legal['total_move_dbu'] / dbu:,.0f} um in all")
+
+    t = time.monotonic()
+    with open(stage / f"{top}.v", "w") as f:
+        write_verilog(f, module, top, net_names(module), lambda key, c: inst_path(key, c.get("attributes", {})),
+                      state["macro_modules"])
+    wires = write_outputs(d, fp, lef, xs, ys, orient, stage, rc)
+    timing["outputs_s"] = time.monotonic() - t
+
+    t = time.monotonic()
+    progress(f"sign-off STA at {list(CORNERS)} with clock uncertainty setup {SETUP_UNCERTAINTY_NS} ns, "
+             f"hold {HOLD_UNCERTAINTY_NS} ns ...")
+    try:
+        sta = run_sta(synth, stage / "sta", list(CORNERS), period_ns, clock, cache, parasitics=stage / f"{top}.spef",
+                      netlist=stage / f"{top}.v", uncertainty=(SETUP_UNCERTAINTY_NS, HOLD_UNCERTAINTY_NS))
+    except StaError as e:
+        raise SignoffError(f"sign-off STA: {e}") from None
+    timing["sta_s"] = time.monotonic() - t
+
+    t = time.monotonic()
+    typical = pdk.plain_liberty("typical", cache).read_text()
+    slow = pdk.plain_liberty(SIZING_CORNER, cache)
+    clock_nets = {clock}
+    rules = design_rules.check(d, fp, xs, ys, orient, input_caps(typical), design_rules.output_limits(slow.read_text()),
+                               rc, dbu, clock_nets)
+    macros = [(x / dbu, y / dbu, (x + d.comp_w[i]) / dbu, (y + d.comp_h[i]) / dbu) for i, (x, y) in fp.macro_xy.items()]
+    demand = rudy.rudy(_net_boxes(d, fp, xs, ys, orient, dbu), (fp.die[2] / dbu, fp.die[3] / dbu), macros, lef)
+    rudy.draw(demand, stage / "rudy.png", f"{top}: routing demand after sign-off placement")
+    timing["checks_s"] = time.monotonic() - t
+
+    result = _result(top, placed, sized, held, liberty_areas(slow), legal, dbu, wires, sta, rules, demand, timing,
+                     period_ns, t_start)
+    (stage / "signoff.json").write_text(json.dumps(result, indent=1) + "\n")
+    (stage / "signoff.txt").write_text(summary_text(result))
+    publish(stage, out)
+    return result
+
+
+def _result(top, placed, sized, held, areas, legal, dbu, wires, sta, rules, demand, timing, period_ns, t_start) -> dict:
+    corners = {c: {k: v[k] for k in ("wns_ns", "tns_ns", "worst_hold_slack_ns", "min_period_ns",
+                                     "max_transition_violations")} | {"worst_path": (v["paths"] or [None])[0],
+                                                                      "worst_hold_path": v["worst_hold_path"]}
+               for c, v in sta["corners"].items()}
+    r = rules.as_dict()
+    setup_met = all(v["wns_ns"] is None or v["wns_ns"] >= 0 for v in corners.values())
+    fast = corners.get("fast", {})
+    hold_met = fast.get("worst_hold_slack_ns") is None or fast["worst_hold_slack_ns"] >= 0
+    slew = sum(v["max_transition_violations"] or 0 for v in corners.values())
+    clean = not (slew or r["max_capacitance_violations"] or r["max_fanout_violations"])
+    sizing = sized.as_dict(areas)
+    holding = held.as_dict(areas)
+    return {
+        "schema": "nano-k3/signoff/1",
+        "top": top,
+        "synth_config_sha256": placed["synth_config_sha256"],
+        "period_ns": period_ns,
+        "clock": {"model": "ideal (no clock tree)", "setup_uncertainty_ns": SETUP_UNCERTAINTY_NS,
+                  "hold_uncertainty_ns": HOLD_UNCERTAINTY_NS},
+        "signed_off": setup_met and hold_met and clean,
+        "setup_met_all_corners": setup_met,
+        "hold_met_fast": hold_met,
+        "electrical_clean": clean,
+        "corners": corners,
+        "sizing": sizing,
+        "hold_repair": holding,
+        "relegalize": {"cells_moved": legal["cells_moved"], "total_move_um": round(legal["total_move_dbu"] / dbu, 1)},
+        "std_cell_area_um2": round(placed["std_cell_area_um2"] + sizing["area_change_um2"]
+                                   + holding["area_added_um2"], 3),
+        "std_cell_area_before_um2": placed["std_cell_area_um2"],
+        "hpwl_um": round(wires["hpwl_um"], 1),
+        "design_rules": r,
+        "routing_demand": demand.as_dict(),
+        "runtime_s": round(time.monotonic() - t_start, 1),
+        "runtime_by_step_s": {k: round(v, 1) for k, v in timing.items()},
+        "files": {"netlist": f"{top}.v", "def": f"{top}.def", "spef": f"{top}.spef", "sta": "sta/sta.json",
+                  "rudy_png": "rudy.png", "sizing_log": "resize.log"},
+        "metrics": {**{f"signoff__timing__setup__ws__{c}": v["wns_ns"] for c, v in corners.items()},
+                    **{f"signoff__timing__hold__ws__{c}": v["worst_hold_slack_ns"] for c, v in corners.items()},
+                    "signoff__design__instance__resized": sizing["cells_resized"],
+                    "signoff__design__instance__hold_buffers": holding["buffers_added"],
+                    "signoff__route__demand__peak": demand.as_dict()["peak_demand_over_capacity"]},
+    }
+
+
+def summary_text(r: dict) -> str:
+    f = (lambda x: "-" if x is None else f"{x:.3f}")
+    s = r["sizing"]
+    dr = r["design_rules"]
+    rd = r["routing_demand"]
+    lines = [
+        f"sign-off of {r['top']} at {r['period_ns']} ns ({r['clock']['model']}, uncertainty setup "
+        f"{r['clock']['setup_uncertainty_ns']} ns / hold {r['clock']['hold_uncertainty_ns']} ns; placed wires, not routed)",
+        f"  verdict        {'SIGNED OFF' if r['signed_off'] else 'NOT signed off'}: setup "
+        f"{'met' if r['setup_met_all_corners'] else 'VIOLATED'} at every corner, hold at fast "
+        f"{'met' if r['hold_met_fast'] else 'VIOLATED'}, design rules {'clean' if r['electrical_clean'] else 'VIOLATED'}",
+        f"  sizing         {s['cells_resized']:,} cells up-sized in {len(s['passes']) - 1} passes, "
+        f"{s['area_change_um2']:+,.1f} um2; stopped: {s['stopped']}",
+        f"  hold repair    {r['hold_repair']['buffers_added']:,} x {r['hold_repair']['buffer']} on "
+        f"{r['hold_repair']['endpoints']:,} endpoints, {r['hold_repair']['area_added_um2']:+,.1f} um2",
+        f"  re-legalised   {r['relegalize']['cells_moved']:,} cells moved ({r['relegalize']['total_move_um']:,.0f} um)",
+        f"  cell area      {r['std_cell_area_um2']:,.0f} um2 (placed {r['std_cell_area_before_um2']:,.0f})",
+        f"  design rules   max transition {sum(v['max_transition_violations'] or 0 for v in r['corners'].values())}, "
+        f"max capacitance {dr['max_capacitance_violations']}, max fanout {dr['max_fanout_violations']} "
+        f"(limit {dr['max_fanout']}) violations",
+        f"  routing demand peak {rd['peak_demand_over_capacity']:.2f} of capacity, "
+        f"{100 * rd['share_of_gcells_over_capacity']:.2f} % of gcells over ({rd['gcell_um']:g} um gcells)",
+        f"  runtime        {r['runtime_s']:.0f} s {r['runtime_by_step_s']}",
+        "", f"  {'corner':<8} {'WNS ns':>9} {'TNS ns':>10} {'hold ns':>9} {'min period ns':>14}  worst path",
+    ]
+    for c, v in r["corners"].items():
+        p = v["worst_path"]
+        lines.append(f"  {c:<8} {f(v['wns_ns']):>9} {f(v['tns_ns']):>10} {f(v['worst_hold_slack_ns']):>9} "
+                     f"{f(v['min_period_ns']):>14}  " + (f"{p['start']} -> {p['end']}" if p else "-"))
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m flow.signoff", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--place", type=Path, default=Path("build/place"), help="folder of `make place`")
+    ap.add_argument("--synth", type=Path, default=Path("build/synth"), help="folder with synth.json")
+    ap.add_argument("--out", type=Path, default=Path("build/signoff"))
+    ap.add_argument("--period", type=float, default=10.0, help="clock period in ns")
+    ap.add_argument("--clock", default="clk")
+    ap.add_argument("--budget", type=float, default=900.0, help="seconds the sizing passes may take")
+    args = ap.parse_args(argv)
+    return report_stage("flow.signoff", SignoffError,
+                        lambda: signoff(args.place, args.synth, args.out, args.period, args.clock, args.budget),
+                        summary_text, lambda r: [args.out / "signoff.json", args.out / "rudy.png"])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
