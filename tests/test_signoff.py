@@ -1,0 +1,149 @@
+"""flow.signoff on the small region design: sizing, hold repair, re-legalisation, sign-off STA, design rules,
+routing demand; and the pieces it is made of."""
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from flow import hold, rudy
+from flow.design_rules import output_limits
+from flow.lefdef import DefRow, Layer, Lef
+from flow.place import place
+from flow.place_flat import Floorplan
+from flow.place_netlist import Design, PlaceError
+from flow.relegalize import relegalize
+from flow.resize import LOAD_PER_DRIVE_FF, bigger, parse_stages, size_ladders
+from flow.signoff import HOLD_UNCERTAINTY_NS, SETUP_UNCERTAINTY_NS, signoff
+from flow.synth import synthesize
+
+DATA = Path(__file__).parent / "data"
+
+REPORT = """\
+Startpoint: core/mul1/_964_ (rising edge-triggered flip-flop clocked by clk)
+Endpoint: core/mul1/_947_ (rising edge-triggered flip-flop clocked by clk)
+Path Group: clk
+Path Type: max
+
+     Cap    Delay     Time   Description
+-----------------------------------------------------------
+            0.000    0.000   clock clk (rise edge)
+                     0.000    0.000   clock network delay (ideal)
+            0.000    0.000 ^ core/mul1/_964_/CK (DFF_X1)
+  17.951    0.422    0.422 ^ core/mul1/_964_/Q (DFF_X1)
+            0.000    0.423 ^ core/mul1/_627_/A1 (NAND2_X1)
+   5.390    0.100    0.523 v core/mul1/_627_/ZN (NAND2_X1)
+            0.000    0.523 v core/mul1/_947_/D (DFF_X1)
+                     0.523   data arrival time
+"""
+
+
+def test_parse_stages_reads_each_driver_with_its_load_and_delay():
+    (path,) = parse_stages(REPORT)
+    assert [(s.inst, s.pin, s.cell, s.load_ff, s.delay_ns) for s in path] == [
+        ("core/mul1/_964_", "Q", "DFF_X1", 17.951, 0.422), ("core/mul1/_627_", "ZN", "NAND2_X1", 5.390, 0.100)]
+
+
+def test_bigger_sizes_by_load_per_drive_and_stops_at_the_largest():
+    ladders = size_ladders(["NAND2_X1", "NAND2_X2", "NAND2_X4", "FA_X1", "FILLCELL_X2", "FILLCELL_X4", "BUF_X1"])
+    assert ladders == {"NAND2": [1, 2, 4]}                       # one-size cells and fillers are not sized
+    assert bigger("NAND2_X1", 3 * LOAD_PER_DRIVE_FF, 0.05, ladders) == "NAND2_X4"
+    assert bigger("NAND2_X1", 1.5 * LOAD_PER_DRIVE_FF, 0.05, ladders) == "NAND2_X2"
+    assert bigger("NAND2_X1", 0.5 * LOAD_PER_DRIVE_FF, 0.05, ladders) is None       # light load, fast stage
+    assert bigger("NAND2_X1", 0.5 * LOAD_PER_DRIVE_FF, 0.5, ladders) == "NAND2_X2"  # light load, slow stage
+    assert bigger("NAND2_X4", 100.0, 1.0, ladders) is None
+    assert bigger("FA_X1", 100.0, 1.0, ladders) is None
+
+
+def _rows_design(widths: list[int], xs: list[int], y: int = 0):
+    d = Design("t", comp_name=[f"c{i}" for i in range(len(widths))], comp_w=list(widths),
+               comp_h=[1400] * len(widths), n_std=len(widths))
+    rows = [DefRow("R0", "core", 0, 0, "N", 20, 190), DefRow("R1", "core", 0, 1400, "FS", 20, 190)]
+    fp = Floorplan((0, 0, 3800, 2800), rows, 1400, (0, 0, 3800, 2800), {}, [])
+    return d, fp, list(xs), [y] * len(widths), ["N"] * len(widths)
+
+
+def test_relegalize_removes_overlaps_on_the_site_grid_inside_the_row():
+    d, fp, xs, ys, orient = _rows_design([380, 570, 380, 760], [0, 190, 380, 3420])   # overlaps; one off the end
+    relegalize(d, fp, xs, ys, orient)
+    spans = sorted((x, x + w) for x, w in zip(xs, d.comp_w))
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
+    assert all(x % 190 == 0 and 0 <= x and x + w <= 3800 for x, w in zip(xs, d.comp_w))
+    assert set(ys) == {0}
+
+
+def test_relegalize_moves_a_cell_to_a_row_with_room_and_refuses_an_overfull_design():
+    d, fp, xs, ys, orient = _rows_design([1900, 1900, 760], [0, 1900, 0])
+    relegalize(d, fp, xs, ys, orient)
+    assert ys[2] == 1400 and orient[2] == "FS"
+    d, fp, xs, ys, orient = _rows_design([3800, 3800, 380], [0, 0, 0])
+    with pytest.raises(PlaceError, match="no row"):
+        relegalize(d, fp, xs, ys, orient)
+
+
+def test_hold_apply_puts_the_buffers_between_net_and_pin_in_order():
+    module = {"cells": {"ff": {"type": "DFF_X1", "connections": {"D": [5], "CK": [2], "Q": [6]},
+                               "port_directions": {"D": "input", "CK": "input", "Q": "output"}}},
+              "netnames": {}}
+    res = hold.HoldResult(inserted=[("hold_buf_0", "u/ff", "D"), ("hold_buf_1", "u/ff", "D")])
+    hold.apply(module, res, {"u/ff": "ff"})
+    b0, b1 = module["cells"]["hold_buf_0"], module["cells"]["hold_buf_1"]
+    assert b0["connections"]["A"] == [5] and b1["connections"]["A"] == b0["connections"]["Z"]
+    assert module["cells"]["ff"]["connections"]["D"] == b1["connections"]["Z"]
+    assert b0["type"] == b1["type"] == hold.HOLD_BUFFER
+
+
+def test_rudy_spreads_each_net_over_its_box_and_counts_tracks():
+    lef = Lef(dbu=1000, layers={n: Layer(n, pitch_um=p) for n, p in
+                                (("metal2", 0.19), ("metal3", 0.14), ("metal4", 0.28), ("metal5", 0.28),
+                                 ("metal6", 0.28))})
+    boxes = np.array([[0.0, 0.0, 40.0, 20.0], [5.0, 5.0, 6.0, 6.0]])           # HPWL 60 and 2 um
+    r = rudy.rudy(boxes, (40.0, 40.0), [(20.0, 20.0, 40.0, 40.0)], lef, gcell_um=20.0)
+    assert r.demand_um.sum() == pytest.approx(62.0)
+    assert r.demand_um[0, 0] == pytest.approx(32.0) and r.demand_um[0, 1] == pytest.approx(30.0)
+    per_um2 = sum(1 / lef.layers[n].pitch_um for n in rudy.LAYERS)
+    above = sum(1 / lef.layers[n].pitch_um for n in rudy.ABOVE_MACROS)
+    assert r.capacity_um[0, 0] == pytest.approx(per_um2 * 400)
+    assert r.capacity_um[1, 1] == pytest.approx(above * 400)                     # under a macro: metal5-6
+
+
+def test_output_limits_reads_max_capacitance_of_output_pins():
+    lib = ('cell (INV_X1) { area : 0.5; pin (A) { direction : input; capacitance : 1.7; }\n'
+           'pin (ZN) { direction : output; max_capacitance : 60.73; function : "!A"; } }\n'
+           'cell (BUF_X2) { pin (A) { direction : input; } pin (Z) { direction : output; max_capacitance : 121.2; } }')
+    assert output_limits(lib) == {("INV_X1", "ZN"): 60.73, ("BUF_X2", "Z"): 121.2}
+
+
+@pytest.fixture(scope="module")
+def placed(tmp_path_factory):
+    base = tmp_path_factory.mktemp("signoff")
+    synthesize(DATA / "regions_small", base / "synth")
+    place(base / "synth", base / "place", utilization=0.6, effort=1, jobs=1, picture=False)
+    return base
+
+
+def test_signoff_at_10ns_meets_every_check(placed):
+    r = signoff(placed / "place", placed / "synth", placed / "signoff", period_ns=10.0)
+    assert r["signed_off"], r["corners"]
+    assert all(v["wns_ns"] >= 0 for v in r["corners"].values())
+    assert r["corners"]["fast"]["worst_hold_slack_ns"] >= 0
+    assert r["clock"]["setup_uncertainty_ns"] == SETUP_UNCERTAINTY_NS
+    assert r["clock"]["hold_uncertainty_ns"] == HOLD_UNCERTAINTY_NS
+    sta = json.loads((placed / "signoff" / "sta" / "sta.json").read_text())
+    assert sta["constraints"]["clock_uncertainty_ns"] == {"setup": SETUP_UNCERTAINTY_NS, "hold": HOLD_UNCERTAINTY_NS}
+    netlist = (placed / "signoff" / r["files"]["netlist"]).read_text()
+    assert netlist.count(f"{hold.HOLD_BUFFER} hold_buf_") == r["hold_repair"]["buffers_added"]
+    assert r["routing_demand"]["gcells"] > 0 and 0 < r["routing_demand"]["peak_demand_over_capacity"]
+    assert (placed / "signoff" / "rudy.png").stat().st_size > 0
+
+
+def test_sizing_at_a_tight_clock_improves_slack_and_sign_off_agrees(placed):
+    """At 3.2 ns the slow corner fails after placement. Sizing must raise the worst slack or leave it, and
+    the sign-off STA (a fresh process on the written netlist and SPEF, after re-legalisation) must see
+    what the sizing session saw, within what re-legalisation can move (measured: a few ps)."""
+    r = signoff(placed / "place", placed / "synth", placed / "signoff-tight", period_ns=3.2)
+    passes = r["sizing"]["passes"]
+    assert passes[0]["wns_ns"] < 0
+    assert passes[-1]["wns_ns"] >= passes[0]["wns_ns"]
+    assert r["corners"]["slow"]["wns_ns"] == pytest.approx(passes[-1]["wns_ns"], abs=0.03)
+    assert r["sizing"]["cells_resized"] > 0 and r["sizing"]["area_change_um2"] > 0
