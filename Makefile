@@ -10,7 +10,7 @@ BLOCK   ?= chip
 STA_JOBS ?=
 
 # Steps that need the PDK check it first, so a bad NANGATE45_PDK stops them before any work.
-.PHONY: setup pdk doctor rtl lint sim synth sta report demo test blocks place pnr bench clean
+.PHONY: setup pdk doctor rtl lint sim synth sta report demo test blocks place signoff pnr bench clean
 
 setup: $(STAMP)
 
@@ -45,6 +45,7 @@ report: $(STAMP)
 # Pre-placement STA (one OpenSTA at a time) runs beside placement, which leaves a CPU mostly idle.
 demo: sim synth
 	$(MAKE) --no-print-directory -j2 sta place STA_JOBS=1
+	$(MAKE) --no-print-directory signoff
 	$(PY) -m flow.report --build $(BUILD) --brief
 
 blocks: $(STAMP)
@@ -52,6 +53,11 @@ blocks: $(STAMP)
 
 place: synth
 	$(PY) -m flow.place --synth $(BUILD)/synth --out $(BUILD)/place
+
+# Timing repair (sizing, hold buffers) on `make place`'s placement, then sign-off STA at every corner
+# (flow/signoff.py). It does not re-run placement: it stops with what to run when build/place is missing.
+signoff: $(STAMP)
+	$(PY) -m flow.signoff --place $(BUILD)/place --synth $(BUILD)/synth --out $(BUILD)/signoff
 
 pnr: synth
 	$(PY) -m flow.orfs --synth $(BUILD)/synth --rtl $(BUILD)/rtl --out $(BUILD)/orfs --run
