@@ -147,3 +147,24 @@ def test_sizing_at_a_tight_clock_improves_slack_and_sign_off_agrees(placed):
     assert passes[-1]["wns_ns"] >= passes[0]["wns_ns"]
     assert r["corners"]["slow"]["wns_ns"] == pytest.approx(passes[-1]["wns_ns"], abs=0.03)
     assert r["sizing"]["cells_resized"] > 0 and r["sizing"]["area_change_um2"] > 0
+
+
+def test_boundaries_flags_logic_on_either_side_of_a_crossing():
+    """Region a: flip-flop fa -> net n1 -> region b flip-flop fb (registered); a's NAND g -> n2 -> b's
+    flip-flop (logic out); a's flip-flop -> n3 -> b's NAND h (logic in); a buffer between is transparent."""
+    from flow.boundaries import classify
+    names = ["fa", "g", "fb", "h", "buf", "fc"]
+    masters = ["DFF_X1", "NAND2_X1", "DFF_X1", "NAND2_X1", "BUF_X1", "DFF_X1"]
+    groups = ["a", "a", "b", "b", "a", "b"]
+    pin = lambda i, p, drv: (i, p, 0, 0, f"{names[i]}:{p}", drv)          # noqa: E731
+    nets = [[pin(0, "Q", True), pin(4, "A", False)],                        # fa -> buf (inside a)
+            [pin(4, "Z", True), pin(2, "D", False)],                        # buf -> fb: registered
+            [pin(1, "ZN", True), pin(5, "D", False)],                       # g -> fc: logic out
+            [pin(0, "Q", True), pin(3, "A1", False)]]                       # fa -> h: logic in
+    d = Design("t", comp_name=names, comp_master=masters, comp_group=groups, comp_w=[1] * 6, comp_h=[1] * 6,
+               n_std=6, net_name=["n0", "n1", "n2", "n3"], net_pins=nets)
+    r = classify(d)
+    (pair,) = r["pairs"]
+    assert (pair["from"], pair["to"], pair["nets"]) == ("a", "b", 3)
+    assert (pair["logic_out"], pair["logic_in"], r["unregistered"]) == (1, 1, 2)
+    assert sorted(pair["examples"]) == ["n2", "n3"]
