@@ -19,7 +19,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.data import ArrayLayout, StructLayout
 from amaranth.lib.wiring import In, Out
 
-from hw.lut_unit import clamp
+from hw.lib.pipe import clamp
 from hw.program import LANES, MAX_SRCS, PaMode, PbMode
 from nano_k3.fxp_ops import RW, X
 

@@ -26,7 +26,7 @@ the final one): ``data[k]`` is element t L + k of transfer t, ``read[k]`` (for v
 q_hat . S' (format S) of the same index.
 
 Micro-architecture (dh columns, column j = state column j; state SRAM word = one state row). The table
-functions are ``hw.lut_unit`` components: L ``Sigmoid`` (beta, sigmoid(z) and the SiLU of the conv
+functions are ``hw.lib.lut`` components: L ``Sigmoid`` (beta, sigmoid(z) and the SiLU of the conv
 outputs, which multiplies x by it; lane k reads the sigmoid ROM through ``roms["sigmoid"][k]`` when the
 chip passes it, else owns one), one L-lane ``kda_decay`` ``LutEval`` (the lanes on the two read ports of
 one ROM: ``roms["kda_decay"]``, else its own), one ``Rsqrt`` (the 2H L2 norms and the H gated norms) and 2 + L ``ApplyMant`` (k_hat, q_hat and,
@@ -75,7 +75,9 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.data import ArrayLayout, StructLayout
 from amaranth.lib.wiring import In, Out
 
-from hw.lut_unit import ApplyMant, LutEval, Rsqrt, Sigmoid, clamp, decay_table_input, delay, port_of, round_shift_const
+from hw.lib.lut import ApplyMant, LutEval, Rsqrt, Sigmoid, decay_table_input
+from hw.lib.lut_rom import port_of
+from hw.lib.pipe import clamp, delay, round_shift_const
 from hw.params import int_in, pow2_at_least, require_instance
 from hw.roms import ROM_DIR
 from nano_k3 import fxp_math
@@ -229,7 +231,7 @@ class KdaEngine(wiring.Component):
         return cls.E_WRITE + 1 + p.dh // p.lanes - 1 + cls.O_LAT + (p.heads - 1) * cls.tail_cycles(p)
 
     def __init__(self, params: KdaParams, *, rom_dir: str = ROM_DIR, roms=None):
-        """``roms``: shared-ROM ports by table name (``hw.lut_unit.shared_rom``), else each LUT owns its ROM;
+        """``roms``: shared-ROM ports by table name (``hw.lib.lut_rom.shared_rom``), else each LUT owns its ROM;
         lane k's Sigmoid takes ``roms["sigmoid"][k]``, the decay table's lane k ``roms["kda_decay"][k]``."""
         require_instance(self, params, KdaParams)
         if S.frac < X.frac:

@@ -36,14 +36,14 @@ meets every head's qr), so all heads advance together:
     adder tree (two adder levels per register) -> word accumulator (exact) -> X.fit(dot, X.frac); the
     heads' scores of position j then take turns, one per cycle, through one x score_const (alone in
     its stage) -> T.fit -> the head's score buffer and running max (so a position takes at least H cycles).
-  context pass, per L-wide chunk of v: for j in 0..t, max_h - t_j,h -> hw.lut_unit.Exp2Neg per head;
+  context pass, per L-wide chunk of v: for j in 0..t, max_h - t_j,h -> hw.lib.lut.Exp2Neg per head;
     e_j x v_j in the lane multipliers (the v read is issued late so it lands with e_j), per-lane
     accumulators and sum e (exact; summed in chunk 0 only, as it is the same for every chunk). A
     finished chunk's numerators, rounded to X.frac, move to holding registers (H x L x num_bits: 1,216
     bits for nano) and the next chunk accumulates at once, while the heads, each in L / norm_units
-    cycles, go through ``norm_units`` hw.lut_unit.ApplyMant units, norm_units lanes per cycle (round,
+    cycles, go through ``norm_units`` hw.lib.lut.ApplyMant units, norm_units lanes per cycle (round,
     saturate to X), into the head's q buffer (byte strobes write the cycle's lane group). The reciprocal
-    of sum e goes through one hw.lut_unit.Recip once, a head per cycle after chunk 0, and is kept per
+    of sum e goes through one hw.lib.lut.Recip once, a head per cycle after chunk 0, and is kept per
     head for every chunk (H x 30 bits for nano). A chunk before the last lasts at least as long as its
     normalisation reads the holding registers (H L / norm_units cycles, after chunk 0 also the Recip
     latency), so that they are read before the next chunk's sums replace them.
@@ -72,11 +72,13 @@ from amaranth.lib.wiring import In, Out
 
 from nano_k3.fxp_ops import P, T, X
 
-from hw.params import require_instance
-from hw.roms import ROM_DIR
-from hw.lut_unit import ApplyMant, Exp2Neg, Recip, clamp, delay, port_of, round_shift_const, shared_rom
+from hw.lib.lut import ApplyMant, Exp2Neg, Recip
+from hw.lib.lut_rom import port_of, shared_rom
+from hw.lib.pipe import clamp, delay, round_shift_const
 from hw.mla_params import NUM_FRAC, MlaParams
 from hw.mla_params import PRESETS as MLA_PRESETS
+from hw.params import require_instance
+from hw.roms import ROM_DIR
 
 
 def in_layout(p: MlaParams) -> StructLayout:
@@ -125,7 +127,7 @@ class MlaEngine(wiring.Component):
     """MLA cache + attention (see the module docstring for ports, order and timing)."""
 
     def __init__(self, params: MlaParams, *, rom_dir: str = ROM_DIR, roms=None):
-        """``roms``: shared-ROM ports by table name (``hw.lut_unit.shared_rom``; exp2 port k serves head k),
+        """``roms``: shared-ROM ports by table name (``hw.lib.lut_rom.shared_rom``; exp2 port k serves head k),
         else the engine owns its ROMs."""
         require_instance(self, params, MlaParams)
         if not isinstance(rom_dir, str) or not rom_dir:

@@ -252,7 +252,7 @@ class MlaParams:
 
 SCORE_DRAIN = 8     # score pipeline drain (adder tree of 8 or 16 lanes) + pass switches (measured)
 CTX_DRAIN = 13      # context pipeline + ApplyMant + q buffer write and read to the last output beat (measured)
-RECIP_LATENCY = 5   # hw.lut_unit.Recip.LATENCY: the reciprocals of sum e, once per position after chunk 0
+RECIP_LATENCY = 5   # hw.lib.lut.Recip.LATENCY: the reciprocals of sum e, once per position after chunk 0
 
 
 PRESETS = {

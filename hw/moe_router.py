@@ -17,15 +17,15 @@ below −16, so Σ = 0 and ``router_weights`` is undefined: recip(0) raises) the
 
 Schedule (one vector at a time; ``i.ready`` is low from the accepted ``last`` until the final
 pair has been taken):
-    collect   one expert per cycle: sigmoid (``lut_unit.Sigmoid``, fixed latency), key register,
+    collect   one expert per cycle: sigmoid (``hw.lib.lut.Sigmoid``, fixed latency), key register,
               insertion into ``max_top_k`` sorted slots (compare with every slot, shift the lower
               ones down)
     sum       Σ of the first k slot scores (masked adder tree)
-    recip     reciprocal of the sum (``lut_unit.Recip``), held for the whole vector
+    recip     reciprocal of the sum (``hw.lib.lut.Recip``), held for the whole vector
     emit      a 4-stage stall-able pipeline, one pair per cycle: select slot j | score × 2.828
               (a constant multiply + round, into ApplyMant's input register) | × recip mantissa
               (one 27 × 24 b multiply alone in its stage) | rounding barrel shift by the recip
-              exponent, saturate → output register (``lut_unit.ApplyMant``)
+              exponent, saturate → output register (``hw.lib.lut.ApplyMant``)
 With no idles and no stalls the first pair leaves ``MoeRouter.latency(E)`` cycles (E + 17 with the
 current LUT unit) after the first element was accepted and the others follow one per cycle: nano
 (E = 8, k = 2) takes 25 cycles to the first pair, 27 to the last; then the next vector may start.
@@ -39,7 +39,9 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.data import StructLayout
 from amaranth.lib.wiring import In, Out
 
-from hw.lut_unit import ApplyMant, Recip, Sigmoid, delay, port_of
+from hw.lib.lut import ApplyMant, Recip, Sigmoid
+from hw.lib.lut_rom import port_of
+from hw.lib.pipe import delay
 from hw.params import int_in, require_instance
 from hw.roms import ROM_DIR
 from nano_k3.fixed import Q4_11, ROUTER_SCALE_FRAC, ROUTER_SCALE_Q24
@@ -127,7 +129,7 @@ class MoeRouter(wiring.Component):
     EMIT_LATENCY = 1 + ApplyMant.LATENCY       # issue of pair j -> o.valid (slot select, then ApplyMant)
 
     def __init__(self, params: MoeRouterParams = MoeRouterParams(), *, rom_dir: str = ROM_DIR, roms=None):
-        """``roms``: shared-ROM ports by table name (``hw.lut_unit.shared_rom``), else each LUT owns its ROM."""
+        """``roms``: shared-ROM ports by table name (``hw.lib.lut_rom.shared_rom``), else each LUT owns its ROM."""
         require_instance(self, params, MoeRouterParams)
         if params.bias_shift < 0:
             self._MustUse__silence = True

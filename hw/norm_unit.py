@@ -13,7 +13,7 @@ to max_len for L2):
   flops, SPEC §5), K v² (v_bits × v_bits multiplies, their own stage) accumulate exactly;
 * the sum of squares is rounded once to SQ_FRAC (``fxp_math.sum_squares``), the epsilon constant
   is added (RMSNorm: eps·n for the run-time n, a small constant table over log2 n; L2: eps), and
-  one ``hw.lut_unit.Rsqrt`` (frac = SQ_FRAC + log2 n, resp. SQ_FRAC) gives (mant, e) once;
+  one ``hw.lib.lut.Rsqrt`` (frac = SQ_FRAC + log2 n, resp. SQ_FRAC) gives (mant, e) once;
 * pass 2, one transfer per cycle under back-pressure: buffer read, K ``ApplyMant`` (v × mant, shift),
   then RMSNorm × gain (round half up, saturate to X) or L2 saturate to UNIT (without ``l2`` the unit
   does RMSNorm only and has no L2 datapath).
@@ -36,7 +36,9 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.data import ArrayLayout, StructLayout
 from amaranth.lib.wiring import In, Out
 
-from hw.lut_unit import ApplyMant, Rsqrt, clamp, delay, leading_one, port_of, round_shift_const
+from hw.lib.lut import ApplyMant, Rsqrt
+from hw.lib.lut_rom import port_of
+from hw.lib.pipe import clamp, delay, leading_one, round_shift_const
 from hw.params import pow2_at_least, require_instance
 from hw.roms import ROM_DIR
 from nano_k3 import fxp_math
@@ -122,7 +124,7 @@ class NormUnit(wiring.Component):
     GAP = 4 + Rsqrt.LATENCY + 1 + 1 + ApplyMant.LATENCY + 2
 
     def __init__(self, params: NormParams = NormParams(), *, roms=None):
-        """``roms``: shared-ROM ports by table name (``hw.lut_unit.shared_rom``), else the Rsqrt owns its ROM."""
+        """``roms``: shared-ROM ports by table name (``hw.lib.lut_rom.shared_rom``), else the Rsqrt owns its ROM."""
         require_instance(self, params, NormParams)
         self.params = params
         p = params

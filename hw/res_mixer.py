@@ -30,7 +30,7 @@ to whole bytes) plus its w and proj. A transfer writes one word (all byte strobe
 and the combine read all candidates of K elements in one access, so both run at K elements per cycle
 with max_cands × K lanes. nano (max_cands 4, max_d 64): 64 × 160 bits at K = 1, 32 × 320 at K = 2,
 16 × 640 at K = 4.
-LUTs: ``hw.lut_unit`` Rsqrt, Exp2Neg, Recip, one of each (one msh_rom each, ``<rom_dir>/<table>.hex``).
+LUTs: ``hw.lib.lut`` Rsqrt, Exp2Neg, Recip, one of each (one msh_rom each, ``<rom_dir>/<table>.hex``).
 
 Lanes. Candidate k owns lane k: K ApplyMant, K × gain multipliers, K X × X multipliers and one
 accumulator of Σc² width (it adds the K products of a cycle in one adder, no tree stage: at K = 4 that
@@ -56,7 +56,7 @@ Schedule (one mix at a time):
 The next mix's ingest starts once the combine has read the last word (it overlaps the combine
 pipeline's drain and ``o``); its rsqrt waits until the previous mix's ``o`` and ``e`` are out.
 Latency (no stalls, ``ResMixer.latency``, checked by the test): the last ``o`` transfer leaves
-3·d/K + 3·n + 37 cycles after the first ``i`` transfer was accepted (with the present lut_unit
+3·d/K + 3·n + 37 cycles after the first ``i`` transfer was accepted (with the present hw.lib.lut
 latencies); nano (d = 64): K = 1: 235 cycles for n = 2, 232 for n = 1, 241 for n = 4; K = 2: 139 for
 n = 2, 136 for n = 1, 145 for n = 4; K = 4: 91 for n = 2, 88 for n = 1, 97 for n = 4.
 """
@@ -71,9 +71,11 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.data import ArrayLayout, StructLayout
 from amaranth.lib.wiring import In, Out
 
-from hw.params import require_instance
+from hw.lib.lut import ApplyMant, Exp2Neg, Recip, Rsqrt
+from hw.lib.lut_rom import port_of
+from hw.lib.pipe import clamp, delay, round_shift_const
+from hw.params import require_instance, signed_bits
 from hw.roms import ROM_DIR
-from hw.lut_unit import ApplyMant, Exp2Neg, Recip, Rsqrt, clamp, delay, port_of, round_shift_const, signed_width
 from nano_k3 import fxp_math, luts
 from nano_k3.fixed import Q4_11
 from nano_k3.fxp_ops import SQ_FRAC, P, T, X
@@ -94,7 +96,7 @@ class ResMixerParams:
     max_d: int = 64            # largest vector length (a power of two)
     lanes: int = 1             # K: element indices per transfer and per cycle of every pass (a power of two)
     trace_e: bool = True       # add the ``e`` output stream (softmax weights, for traces)
-    rom_dir: str = ROM_DIR      # where $readmemh finds the LUT hex files (see hw.lut_unit)
+    rom_dir: str = ROM_DIR      # where $readmemh finds the LUT hex files (see hw.lib.lut_rom)
 
     def __post_init__(self) -> None:
         for name, lo, hi in (("max_cands", 1, 16), ("max_d", 2, 4096), ("lanes", 1, 2048)):
@@ -165,7 +167,7 @@ class ResMixer(wiring.Component):
     """Attention-residual mixer (see the module docstring for streams, storage and schedule)."""
 
     def __init__(self, params: ResMixerParams = ResMixerParams(), *, roms=None):
-        """``roms``: shared-ROM ports by table name (``hw.lut_unit.shared_rom``), else each LUT owns its ROM."""
+        """``roms``: shared-ROM ports by table name (``hw.lib.lut_rom.shared_rom``), else each LUT owns its ROM."""
         require_instance(self, params, ResMixerParams)
         self.params = p = params
         self.log2_max_d = p.max_d.bit_length() - 1
@@ -187,9 +189,9 @@ class ResMixer(wiring.Component):
         self.frac_bits = (SQ_FRAC + self.log2_max_d).bit_length()
         # |RN before gain| <= sqrt(d) in real units (plus LUT error): one bit of margin on top
         self.y_bits = (2 * math.isqrt(p.max_d - 1) + 2 << xf).bit_length() + 1
-        self.gain_bits = signed_width(-(1 << (PARAM_BITS - 1)) + (1 << W_FRAC), (1 << (PARAM_BITS - 1)) - 1 + (1 << W_FRAC))
+        self.gain_bits = signed_bits(-(1 << (PARAM_BITS - 1)) + (1 << W_FRAC), (1 << (PARAM_BITS - 1)) - 1 + (1 << W_FRAC))
         prod_hi = (1 << (xb - 1)) * (1 << (PARAM_BITS - 1))
-        self.score_bits = signed_width(-p.max_d * prod_hi, p.max_d * prod_hi)
+        self.score_bits = signed_bits(-p.max_d * prod_hi, p.max_d * prod_hi)
         self.score_shift = PROJ_FRAC                              # frac X.frac + 11 -> X
         self.log2e_lo_bits = (fxp_math.LOG2E_Q24.bit_length() + 1) // 2
         exp2 = luts.tables()["exp2"]
@@ -201,7 +203,7 @@ class ResMixer(wiring.Component):
         self.num_shift = P.frac + xf - NUM_FRAC
         e_max = int(exp2.base.max())
         prod_sum = p.max_cands * e_max * (1 << (xb - 1))
-        self.num_bits = signed_width(-prod_sum, prod_sum) - max(self.num_shift, 0) + 1
+        self.num_bits = signed_bits(-prod_sum, prod_sum) - max(self.num_shift, 0) + 1
         self.cnt_bits = self.addr_bits + 1          # transfers / word reads of one mix: 1..max_d / K
         self.k_bits = max(1, (p.max_cands - 1).bit_length())
         # LUT-unit cores (constructed here so that their widths are known for the members): one Rsqrt,
@@ -212,7 +214,7 @@ class ResMixer(wiring.Component):
         self.recip = Recip(m_bits=self.esum_bits, frac_bits=P.frac.bit_length(), rom_dir=p.rom_dir,
                            port=port_of(roms, "recip"))
         # the lanes' ApplyMant also forms the combine's exact products e_k·c_kj: e = e_exact gives shift 0
-        prod_bits = signed_width(-e_max * (1 << (xb - 1)), e_max * ((1 << (xb - 1)) - 1))
+        prod_bits = signed_bits(-e_max * (1 << (xb - 1)), e_max * ((1 << (xb - 1)) - 1))
         self.e_exact = xf + fxp_math.MANT_FRAC - xf
         if not self.rsqrt.e_range[0] <= self.e_exact <= self.rsqrt.e_range[1]:
             raise ValueError(f"e_exact {self.e_exact} lies outside the lane ApplyMant's e_range {self.rsqrt.e_range}")

@@ -53,9 +53,10 @@ from amaranth.lib.data import ArrayLayout, StructLayout, View
 from amaranth.lib.wiring import In, Out
 
 from hw.chip_glue import Combine, ElemFeeder, WordFeeder
-from hw.kda_engine import KdaEngine, KdaParams
-from hw.lut_unit import RomPort, Streamed, clamp, rom_images, shared_rom
 from hw.emb_fetch import EmbFetch
+from hw.kda_engine import KdaEngine, KdaParams
+from hw.lib.lut_rom import RomPort, rom_images, shared_rom
+from hw.lib.pipe import Streamed, clamp
 from hw.logits_writer import LogitsWriter
 from hw.mac_array import EMB_RECORDS, MacArray, emb_table_bytes, mac_array_params_for
 from hw.mac_input import MacInput

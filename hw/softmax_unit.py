@@ -7,7 +7,7 @@ fraction bits: ``LOG2E_Q24``, ``fixed.mla_score_const``) is a constructor parame
 
 Pass 1, one score per cycle: t = T.fit(s·c, s_frac + C_FRAC) (multiply, then round/saturate: two
 stages), written to an ``msh_sram`` (max_len × roundup8(T.bits)), running max. Pass 2, one element per
-cycle under back-pressure: read t, d = max − t (unsigned, T.bits), ``hw.lut_unit.Exp2Neg``.
+cycle under back-pressure: read t, d = max − t (unsigned, T.bits), ``hw.lib.lut.Exp2Neg``.
 The next vector is taken after the last output of the previous one. Latency (no stalls, measured by
 verification/test_vector_unit.py ``vector_latency``): first output ``SoftmaxExp.GAP`` = 9 cycles after
 the last input, one element per cycle: a 64-element vector in 64 + 9 + 63 = 136 cycles.
@@ -21,7 +21,8 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.data import StructLayout
 from amaranth.lib.wiring import In, Out
 
-from hw.lut_unit import Exp2Neg, clamp, delay, round_shift_const
+from hw.lib.lut import Exp2Neg
+from hw.lib.pipe import clamp, delay, round_shift_const
 from hw.params import pow2_at_least, require_instance
 from hw.roms import ROM_DIR
 from nano_k3 import fxp_math

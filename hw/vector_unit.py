@@ -1,6 +1,6 @@
 """The vector unit: element-wise ops, the norm unit and the softmax-exponent unit behind stream ports.
 
-``Elementwise`` (a ``hw.lut_unit.FixedPipe``, LATENCY = Silu.LATENCY + 2 = 9 for every op, ``lanes``
+``Elementwise`` (a ``hw.lib.pipe.FixedPipe``, LATENCY = Silu.LATENCY + 2 = 9 for every op, ``lanes``
 elements per enabled cycle, a SiLU each; ``Streamed(Elementwise())`` gives stream ports):
 
 =========  ======================================  ====================================
@@ -29,10 +29,12 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.data import ArrayLayout, StructLayout
 from amaranth.lib.wiring import In, Out
 
+from hw.lib.lut import Silu
+from hw.lib.lut_rom import port_of
+from hw.lib.pipe import FixedPipe, Streamed, clamp, delay, round_shift_const
+from hw.norm_unit import NormParams, NormUnit
 from hw.params import require_instance
 from hw.roms import ROM_DIR
-from hw.lut_unit import FixedPipe, Silu, Streamed, clamp, delay, port_of, round_shift_const
-from hw.norm_unit import NormParams, NormUnit
 from hw.softmax_unit import SoftmaxExp, SoftmaxParams
 from nano_k3.fxp_ops import P, X
 
@@ -49,7 +51,7 @@ class Elementwise(FixedPipe):
     LATENCY = Silu.LATENCY + 2
 
     def __init__(self, *, lanes: int = 1, rom_dir: str = ROM_DIR, roms=None):
-        """``roms``: shared-ROM ports by table name (``hw.lut_unit.shared_rom``; lane k's SiLU takes the
+        """``roms``: shared-ROM ports by table name (``hw.lib.lut_rom.shared_rom``; lane k's SiLU takes the
         k-th sigmoid port), else each SiLU owns its ROM."""
         if lanes not in (1, 2, 4):
             self._MustUse__silence = True
