@@ -1,18 +1,22 @@
-"""`make sim` for the whole chip: the SPEC_NANO_KPU.md runs of ``msh_chip_top`` and build/sim/summary.json.
+"""`make sim` for the whole chip: the SPEC_NANO_KPU.md §10 variations of ``msh_chip_top`` and build/sim/summary.json.
 
-    python -m verification.chip_sim --rtl build/rtl --out build/sim          # what `make sim` calls for block "chip"
+    python -m verification.sim --rtl build/rtl --out build/sim [--seed N]    # what `make sim` calls
+    python -m verification.chip_sim --rtl build/rtl --out build/sim [--seed N] [--run G,S,PROFILE[,SEED]]
 
-Runs (nano, seed 20260706 unless ``--seed``), in one simulator build:
-* ``nano-g128-s48-long``     the throughput run (SPEC §8 metric), prompt index 0;
-* ``nano-g128-s16-short``    correctness stress (J = 24, 5 % ready drops), prompt index 1;
-* ``nano-g128-s16-elastic``  the short run at base latency 48: elasticity = cycles(48) / cycles(24);
-* ``nano-g64-s64-long``      group size 64 and the longest sequence;
-* ``nano-g128-s16-short-randreset``  the short run with every flop random (+verilator+rand+reset+2);
-  its output region must be byte-identical to the normal short run's.
-Each run is checked by ``verification.chip_tb.check_run``. The summary holds per run: cycles,
-cycles/token, tokens/s at 100 MHz, read/write beats, stall cycles, address errors, timeout, bit-exact
-verdict (first divergence if not), min cosine, argmax agreement, every check; then elasticity,
-the random-reset comparison, the pooled argmax agreement and lint counts, and the overall verdict.
+Every invocation draws a fresh random seed (printed; ``--seed N`` replays it) and runs ``PLAN`` in one
+simulator build: three seeds (SPEC §8's public seed, the fresh one, the fresh one + 1), each at both
+group sizes; the public lengths 48 (long) and 16 (short) and lengths stretched the SPEC §10 way
+(``chip_run.run_length``; a preset other than nano scales them to its ``max_seq``); the SPEC §3
+profiles (``long``: J = 12; ``short``: J = 24 and 5 % request stalls; ``elastic``: the short run at base
+latency 48, reported as cycles(elastic) / cycles(short)); then the first short run again in a simulator
+started with every flop random (+verilator+rand+reset+2), whose output region must be byte-identical
+to the normal run's. The first run (public seed, group 128, 48 positions, long) is the SPEC §8
+throughput run. Each run is checked by ``verification.chip_tb.check_run`` (bit-exact against the
+fixed-point model, every SPEC §7 check, the decoder order). The summary holds per run: its seed,
+cycles, cycles/token, tokens/s at 100 MHz, read/write beats, stall cycles, address errors, timeout,
+bit-exact verdict (first divergence if not), min cosine, argmax agreement, every check and the
+seconds it took; then the seeds, elasticity, the random-reset comparison, the pooled argmax
+agreement, lint counts and the overall verdict.
 """
 from __future__ import annotations
 
@@ -21,20 +25,58 @@ import re
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
+from verification.chip_run import SEED_LIMIT, chip_sources, fresh_seed, run_chip_sim, run_length
 from verification.chip_tb import ARGMAX_GATE, DEFAULT_MAX_CYCLES, PUBLIC_SEED, RunSpec, compare_output_regions
 
 SIM_NAME = "make-sim-chip"
 PROGRESS = re.compile(r"(PROGRESS|CHECK \S+ FAIL|RUN accepted|image and references|simulated \d+ cycles)")
+LONG_LEN, SHORT_LEN = 48, 16            # SPEC §8's public lengths: the long run and the short run
 
 
-def default_runs(seed: int = PUBLIC_SEED, max_cycles: int = DEFAULT_MAX_CYCLES, config: str = "nano") -> list[RunSpec]:
-    kw = dict(config=config, seed=seed, max_cycles=max_cycles)
-    return [RunSpec(seq_len=48, profile="long", group=128, **kw),
-            RunSpec(seq_len=16, profile="short", group=128, **kw),
-            RunSpec(seq_len=16, profile="elastic", group=128, **kw),
-            RunSpec(seq_len=64, profile="long", group=64, **kw)]
+@dataclass(frozen=True)
+class Planned:
+    """One run of ``PLAN``: which of the three seeds, group size, public length, SPEC §10 stretch, profile."""
+
+    seed: str                # "public", "fresh" or "fresh+1" (``seeds``)
+    group: int
+    public_len: int
+    stretch: float
+    profile: str
+
+
+PLAN = (
+    Planned("public", 128, LONG_LEN, 1.0, "long"),      # SPEC §8 throughput run
+    Planned("public", 64, LONG_LEN, 4 / 3, "long"),     # group 64 at the longest sequence (64)
+    Planned("fresh", 128, SHORT_LEN, 1.0, "short"),     # request stalls; re-run from a random initial state
+    Planned("fresh", 128, SHORT_LEN, 1.0, "elastic"),   # the same at base latency 48
+    Planned("fresh", 64, SHORT_LEN, 1.5, "short"),      # stretched (24), stalls
+    Planned("fresh+1", 128, LONG_LEN, 0.5, "long"),     # stretched below the public length (24)
+    Planned("fresh+1", 64, SHORT_LEN, 1.0, "short"),
+)
+
+
+def seeds(fresh: int) -> dict[str, int]:
+    """The three seeds of a run set: SPEC §8's public seed, the fresh one and the next."""
+    return {"public": PUBLIC_SEED, "fresh": fresh, "fresh+1": (fresh + 1) % SEED_LIMIT}
+
+
+def default_runs(config: str, fresh: int, max_cycles: int = DEFAULT_MAX_CYCLES) -> list[RunSpec]:
+    """``PLAN`` for preset ``config`` with fresh seed ``fresh``."""
+    from nano_k3.config import preset
+    cfg, by_role = preset(config), seeds(fresh)
+    return [RunSpec(seq_len=run_length(cfg, p.public_len, p.stretch), profile=p.profile, group=p.group,
+                    config=config, seed=by_role[p.seed], max_cycles=max_cycles) for p in PLAN]
+
+
+def preset_of(cfg: dict) -> str:
+    """The model preset of an emitted chip (its config.json's params)."""
+    name = cfg.get("params", {}).get("name")
+    if not name:
+        raise SystemExit(f"sim: config.json of {cfg.get('top')!r} names no preset (params.name); run `make rtl` again")
+    return name
 
 
 class _Follow(threading.Thread):
@@ -67,16 +109,14 @@ class _Follow(threading.Thread):
             self.done.wait(2.0)
 
 
-def _simulate(name: str, sources, top: str, runs: list[RunSpec], *, rand_reset: bool, rtl_dir: Path, tag: str):
-    from verification.runner import SIM_ROOT
-    from verification.test_chip import run_chip_sim
-
-    log = SIM_ROOT / name / "run.log"
+def _simulate(name: str, sources, top: str, runs: list[RunSpec], *, rand_reset: bool, rtl_dir: Path, tag: str,
+              build_dir: Path):
+    log = build_dir / "run.log"
     log.unlink(missing_ok=True)
     follower = _Follow(log, tag)
     follower.start()
     try:
-        return run_chip_sim(name, sources, top, runs, rand_reset=rand_reset, rtl_dir=rtl_dir)
+        return run_chip_sim(name, sources, top, runs, rand_reset=rand_reset, rtl_dir=rtl_dir, build_dir=build_dir)
     finally:
         follower.done.set()
         follower.join()
@@ -87,15 +127,16 @@ def _fmt(v, spec: str) -> str:
 
 
 def print_table(summary: dict) -> None:
-    head = f"{'run':34} {'cycles':>10} {'cyc/tok':>9} {'tok/s':>8} {'reads':>9} {'writes':>7} {'exact':>5} " \
-           f"{'min cos':>10} {'agree':>6}  verdict"
+    head = f"{'run':34} {'seed':>10} {'cycles':>10} {'cyc/tok':>9} {'tok/s':>8} {'reads':>9} {'writes':>7} " \
+           f"{'exact':>5} {'min cos':>10} {'agree':>6} {'time s':>7}  verdict"
     print(head)
     print("-" * len(head))
     for r in summary["runs"]:
-        print(f"{r['name']:34} {_fmt(r['cycles'], 'd'):>10} {_fmt(r['cycles_per_token'], '.1f'):>9} "
+        print(f"{r['name']:34} {r['seed']:>10} {_fmt(r['cycles'], 'd'):>10} {_fmt(r['cycles_per_token'], '.1f'):>9} "
               f"{_fmt(r['tokens_per_s'], '.0f'):>8} {_fmt(r['read_beats'], 'd'):>9} {_fmt(r['write_beats'], 'd'):>7} "
               f"{'yes' if r['bit_exact'] else 'NO':>5} {_fmt(r['min_cosine'], '.7f'):>10} "
-              f"{_fmt(r['argmax_agreement'], '.3f'):>6}  {'PASS' if r['passed'] else 'FAIL'}")
+              f"{_fmt(r['argmax_agreement'], '.3f'):>6} {_fmt(r['time_s'], '.1f'):>7}  "
+              f"{'PASS' if r['passed'] else 'FAIL'}")
         for c in r["checks"]:
             if not c["passed"]:
                 print(f"    FAIL {c['name']}: {c['message']}")
@@ -109,75 +150,110 @@ def print_table(summary: dict) -> None:
     if summary.get("throughput"):
         t = summary["throughput"]
         print(f"throughput ({t['run']}): {t['cycles_per_token']:.1f} cycles/token = {t['tokens_per_s']:.0f} tokens/s at 100 MHz")
+    print(f"seeds {summary['seeds']}; replay: {summary['replay']}")
 
 
-def run_chip(rtl: Path, out: Path, cfg: dict, *, runs: list[RunSpec] | None = None, rand_reset: bool = True,
-             sim_name: str = SIM_NAME, macro_models: bool = True) -> dict:
+def _same_image(a: RunSpec, b: RunSpec) -> bool:
+    return (a.config, a.seed, a.model_config().group_size, a.seq_len) == \
+        (b.config, b.seed, b.model_config().group_size, b.seq_len)
+
+
+def _rand_reset(normal, rr, short: RunSpec) -> dict:
+    """The random-initial-state re-run's output region against the normal run's."""
+    from nano_k3.image import plan_layout
+    name = short.name + "-randreset"
+    if name not in rr.outputs or short.name not in normal.outputs:
+        return {"run": name, "passed": False, "message": "a run produced no output region to compare"}
+    c = compare_output_regions(normal.outputs[short.name], rr.outputs[name],
+                               plan_layout(short.model_config(), short.seq_len), f"{name} vs {short.name}")
+    return {"run": name, "passed": c.passed, "message": c.message}
+
+
+def _elasticity(runs: list[RunSpec], by_name: dict) -> dict | None:
+    """cycles(elastic) / cycles(short) of the first elastic run and the short run of the same image."""
+    for e in (r for r in runs if r.profile == "elastic"):
+        short = next((r for r in runs if r.profile == "short" and _same_image(r, e)), None)
+        if short is not None:
+            c24, c48 = by_name[short.name]["cycles"], by_name[e.name]["cycles"]
+            return {"short_run": short.name, "elastic_run": e.name, "cycles_base24": c24, "cycles_base48": c48,
+                    "ratio": c48 / c24 if c24 and c48 else None}
+    return None
+
+
+def _throughput(runs: list[RunSpec], by_name: dict) -> dict | None:
+    """SPEC §8's run: public seed, group 128, the long length, long profile."""
+    for r in runs:
+        if (r.profile, r.seed, r.model_config().group_size, r.seq_len) == \
+                ("long", PUBLIC_SEED, 128, run_length(r.model_config(), LONG_LEN)):
+            rep = by_name[r.name]
+            if rep["cycles"]:
+                return {"run": r.name, "cycles": rep["cycles"], "cycles_per_token": rep["cycles_per_token"],
+                        "tokens_per_s": rep["tokens_per_s"]}
+    return None
+
+
+def run_chip(rtl: Path, out: Path, cfg: dict, *, runs: list[RunSpec] | None = None, seed: int | None = None,
+             rand_reset: bool = True, sim_name: str = SIM_NAME, macro_models: bool = True) -> dict:
     """Lint and simulate the emitted chip in ``rtl`` (its config.json is ``cfg``); return the summary.
 
-    ``macro_models`` adds the project's msh_sram / msh_rom simulation models to the chip's file list
-    (SPEC §1: the list names every file except those two macros)."""
+    ``runs`` default to ``default_runs`` with fresh seed ``seed`` (a new one when None); the simulator
+    is built in ``out/<sim_name>``. ``macro_models`` adds the project's msh_sram / msh_rom simulation
+    models to the chip's file list (SPEC §1: the list names every file except those two macros)."""
     from rtl_gen import read_filelist
     from verification.lint import MAX_WARNINGS, passes
     from verification.runner import lint
-    from verification.test_chip import chip_sources
 
     t0 = time.monotonic()
-    runs = runs or default_runs()
-    top = cfg["top"]
+    seed = fresh_seed() if seed is None else seed
+    runs = runs or default_runs(preset_of(cfg), seed)
+    top, build_dir = cfg["top"], out / sim_name
     listed = read_filelist(rtl / cfg["files"]["filelist"])
     sources = chip_sources(listed) if macro_models else listed
+    print(f"sim: seed {seed} (replay with --seed {seed}); run seeds {sorted({r.seed for r in runs})}", flush=True)
     print(f"sim: linting {top} ({len(sources)} files)", flush=True)
     lint_result = lint(sources, top)
     print(f"sim: lint {lint_result.errors} errors, {lint_result.warnings} warnings", flush=True)
-    print(f"sim: {len(runs)} runs under Verilator: {', '.join(r.name for r in runs)}", flush=True)
-    normal = _simulate(sim_name, sources, top, runs, rand_reset=False, rtl_dir=rtl, tag="sim")
+    short = next((r for r in runs if r.profile == "short"), None) if rand_reset else None
+    names = [r.name for r in runs] + ([short.name + "-randreset"] if short else [])
+    print(f"sim: {len(names)} runs under Verilator: {', '.join(names)}", flush=True)
+    normal = _simulate(sim_name, sources, top, runs, rand_reset=False, rtl_dir=rtl, tag="sim", build_dir=build_dir)
     reports = [normal.reports.get(r.name) or _missing(r, normal.log) for r in runs]
-
-    rr_summary, short = None, next((r for r in runs if r.profile == "short"), None)
-    if rand_reset and short is not None:
+    times = dict(normal.times)
+    rr_summary = None
+    if short is not None:
         print(f"sim: random initial state re-run of {short.name}", flush=True)
-        rr = _simulate(sim_name, sources, top, [short], rand_reset=True, rtl_dir=rtl, tag="randreset")
-        name = short.name + "-randreset"
-        reports.append(rr.reports.get(name) or _missing(short, rr.log, name))
-        if name in rr.outputs and short.name in normal.outputs:
-            from nano_k3.image import plan_layout
-            c = compare_output_regions(normal.outputs[short.name], rr.outputs[name],
-                                       plan_layout(short.model_config(), short.seq_len), f"{name} vs {short.name}")
-            rr_summary = {"passed": c.passed, "message": c.message}
-        else:
-            rr_summary = {"passed": False, "message": "a run produced no output region to compare"}
+        rr = _simulate(sim_name, sources, top, [short], rand_reset=True, rtl_dir=rtl, tag="randreset",
+                       build_dir=build_dir)
+        reports.append(rr.reports.get(short.name + "-randreset") or _missing(short, rr.log, short.name + "-randreset"))
+        times.update(rr.times)
+        rr_summary = _rand_reset(normal, rr, short)
+    for r in reports:
+        r["seed"], r["time_s"] = r["run"]["seed"], times.get(r["name"])
 
     by_name = {r["name"]: r for r in reports}
-    elastic = next((r for r in runs if r.profile == "elastic"), None)
-    e_summary = None
-    if elastic is not None and short is not None:
-        c24, c48 = by_name[short.name]["cycles"], by_name[elastic.name]["cycles"]
-        e_summary = {"short_run": short.name, "elastic_run": elastic.name, "cycles_base24": c24,
-                     "cycles_base48": c48, "ratio": c48 / c24 if c24 and c48 else None}
     pooled = [by_name[r.name] for r in runs if r.profile in ("long", "short")]
     correct = sum(r["argmax_correct"] or 0 for r in pooled)
     rows = sum(r["rows"] or 0 for r in pooled)
     ag = {"runs": [r["name"] for r in pooled], "correct": correct, "rows": rows,
           "value": correct / rows if rows else None, "gate": ARGMAX_GATE,
           "passed": bool(rows) and correct / rows >= ARGMAX_GATE}
-    long = next((by_name[r.name] for r in runs if r.profile == "long" and r.seq_len == 48), None)
-    throughput = ({"run": long["name"], "cycles": long["cycles"], "cycles_per_token": long["cycles_per_token"],
-                   "tokens_per_s": long["tokens_per_s"]} if long and long["cycles"] else None)
     lint_ok = passes(lint_result)
     passed = (all(r["passed"] for r in reports) and (rr_summary is None or rr_summary["passed"])
               and ag["passed"] and lint_ok)
     summary = {
-        "schema": 1, "block": cfg["block"], "top": top, "params_hash": cfg.get("params_hash"),
+        "schema": 2, "block": cfg["block"], "top": top, "params_hash": cfg.get("params_hash"),
         "verdict": "pass" if passed else "fail",
         "tests": len(reports), "failed": sum(not r["passed"] for r in reports),
-        "details": [{"name": r["name"], "passed": r["passed"], "time_s": r.get("time_s", 0.0)} for r in reports],
-        "runs": reports, "throughput": throughput, "elasticity": e_summary, "rand_reset": rr_summary,
-        "argmax_agreement_pooled": ag,
+        "details": [{"name": r["name"], "passed": r["passed"], "seed": r["seed"], "time_s": r["time_s"]}
+                    for r in reports],
+        "runs": reports, "throughput": _throughput(runs, by_name), "elasticity": _elasticity(runs, by_name),
+        "rand_reset": rr_summary, "argmax_agreement_pooled": ag,
         "lint": {"errors": lint_result.errors, "warnings": lint_result.warnings, "max_warnings": MAX_WARNINGS,
                  "by_rule": lint_result.by_rule},
-        "seed": runs[0].seed, "runtime_s": round(time.monotonic() - t0, 1), "log": str(normal.log),
-        "command": f"python -m verification.chip_sim --rtl {rtl} --out {out}",
+        "seed": seed, "seeds": sorted({r.seed for r in runs}),
+        "replay": f"python -m verification.sim --rtl {rtl} --out {out} --seed {seed}",
+        "build_s": round(normal.build_s, 1), "runtime_s": round(time.monotonic() - t0, 1), "log": str(normal.log),
+        "command": f"python -m verification.sim --rtl {rtl} --out {out}",
     }
     print_table(summary)
     return summary
@@ -192,6 +268,16 @@ def _missing(run: RunSpec, log: Path, name: str | None = None) -> dict:
             "checks": [{"name": "simulation", "passed": False, "message": f"no report; see {log}"}]}
 
 
+def parse_run(text: str, config: str, seed: int, max_cycles: int) -> RunSpec:
+    """``GROUP,SEQ_LEN,PROFILE[,SEED]`` (the seed defaults to the run set's fresh seed)."""
+    fields = text.split(",")
+    if len(fields) not in (3, 4):
+        raise ValueError(f"--run takes GROUP,SEQ_LEN,PROFILE[,SEED], got {text!r}")
+    g, s, p = fields[:3]
+    return RunSpec(seq_len=int(s), profile=p, group=int(g), config=config,
+                   seed=int(fields[3]) if len(fields) == 4 else seed, max_cycles=max_cycles)
+
+
 def main(argv: list[str] | None = None) -> int:
     from rtl_gen import read_config
     from verification.sim import write_summary
@@ -199,10 +285,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m verification.chip_sim", description=__doc__.splitlines()[0])
     ap.add_argument("--rtl", type=Path, default=Path("build/rtl"))
     ap.add_argument("--out", type=Path, default=Path("build/sim"))
-    ap.add_argument("--seed", type=int, default=PUBLIC_SEED)
-    ap.add_argument("--config", default="nano")
+    ap.add_argument("--seed", type=int, default=None, help="the fresh seed to replay (default: a new one)")
     ap.add_argument("--max-cycles", type=int, default=DEFAULT_MAX_CYCLES)
-    ap.add_argument("--run", action="append", default=[], metavar="GROUP,SEQ_LEN,PROFILE",
+    ap.add_argument("--run", action="append", default=[], metavar="GROUP,SEQ_LEN,PROFILE[,SEED]",
                     help="a run instead of the default set (repeatable), e.g. 128,48,long")
     ap.add_argument("--no-rand-reset", action="store_true", help="skip the random-initial-state re-run")
     args = ap.parse_args(argv)
@@ -210,14 +295,15 @@ def main(argv: list[str] | None = None) -> int:
     if not cfg_path.exists():
         ap.error(f"{cfg_path} not found; run `make rtl BLOCK=chip` first")
     cfg, _ = read_config(cfg_path)
+    seed = fresh_seed() if args.seed is None else args.seed
+    config = preset_of(cfg)
     try:
-        runs = [RunSpec(seq_len=int(s), profile=p, group=int(g), config=args.config, seed=args.seed,
-                        max_cycles=args.max_cycles) for g, s, p in (r.split(",") for r in args.run)] or \
-            default_runs(args.seed, args.max_cycles, args.config)
+        runs = [parse_run(r, config, seed, args.max_cycles) for r in args.run] or \
+            default_runs(config, seed, args.max_cycles)
     except ValueError as e:
         ap.error(str(e))
     (args.out / "summary.json").unlink(missing_ok=True)
-    summary = run_chip(args.rtl, args.out, cfg, runs=runs, rand_reset=not args.no_rand_reset)
+    summary = run_chip(args.rtl, args.out, cfg, runs=runs, seed=seed, rand_reset=not args.no_rand_reset)
     path = write_summary(summary, args.out)
     print(f"sim: {summary['top']}: {summary['verdict'].upper()}; summary {path}")
     return 0 if summary["verdict"] == "pass" else 1

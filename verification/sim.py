@@ -3,8 +3,10 @@
     python -m verification.sim --rtl build/rtl --out build/sim
 
 Reads ``config.json`` of the RTL folder to know which design it is, lints it, runs its cocotb
-tests (RTL against the fixed-point reference), and writes ``summary.json`` atomically: the verdict,
-test counts, lint counts, seed and runtime. Exits non-zero when anything failed.
+tests (RTL against the fixed-point reference) with a fresh random seed (printed; ``--seed N`` replays
+it), and writes ``summary.json`` atomically: the verdict, test counts, lint counts, seed and runtime.
+The whole chip has its own run set (verification/chip_sim.py: SPEC §10's variations over three seeds).
+Exits non-zero when anything failed.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from pathlib import Path
 
 from rtl_gen import read_config, read_filelist
 
+from .chip_run import fresh_seed
 from .runner import SimFailure, lint, run_cocotb
 
 
@@ -34,8 +37,6 @@ SIMS = {
     "dequant_mac": SimSpec("verification.test_dequant_mac", "NANO_K3_RTL_CONFIG"),
     "mem_engine": SimSpec("verification.test_mem_engine", "MEM_ENGINE_CONFIG", "MEM_ENGINE_SEED"),
 }
-DEFAULT_SEED = 20240917
-
 
 def _test_details(results_xml: Path) -> list[dict]:
     if not results_xml.exists():
@@ -56,7 +57,7 @@ def run(rtl: Path, out: Path, seed: int) -> dict:
     block = cfg["block"]
     if block == "chip":         # the whole chip has its own runs, metrics and table (SPEC runs; chip_sim.py)
         from .chip_sim import run_chip
-        return run_chip(rtl, out, cfg)
+        return run_chip(rtl, out, cfg, seed=seed)
     if block not in SIMS:
         raise SystemExit(f"sim: no simulation registered for block {block!r}; known: {', '.join(sorted(SIMS))}")
     spec = SIMS[block]
@@ -64,7 +65,7 @@ def run(rtl: Path, out: Path, seed: int) -> dict:
     t0 = time.monotonic()
     print(f"sim: linting {cfg['top']} ({len(sources)} files)", flush=True)
     lint_result = lint(sources, cfg["top"])
-    print(f"sim: running {spec.module} under Verilator, seed {seed}", flush=True)
+    print(f"sim: running {spec.module} under Verilator, seed {seed} (replay with --seed {seed})", flush=True)
     result = run_cocotb(f"make-sim-{block}", sources, cfg["top"], spec.module, seed=seed, check=False,
                         extra_env={spec.config_env: str(cfg_path.resolve()), spec.seed_env: str(seed)})
     tests = _test_details(result.results_xml)
@@ -93,18 +94,19 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m verification.sim", description=__doc__.splitlines()[0])
     ap.add_argument("--rtl", type=Path, default=Path("build/rtl"))
     ap.add_argument("--out", type=Path, default=Path("build/sim"))
-    ap.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    ap.add_argument("--seed", type=int, default=None, help="replay this seed (default: a fresh random one)")
     args = ap.parse_args(argv)
     stale = args.out / "summary.json"
     stale.unlink(missing_ok=True)          # never leave an old verdict next to a failed run
     try:
-        summary = run(args.rtl, args.out, args.seed)
+        summary = run(args.rtl, args.out, fresh_seed() if args.seed is None else args.seed)
     except SimFailure as e:
         print(f"sim: FAILED to build or run: {e}", file=sys.stderr)
         return 1
     path = write_summary(summary, args.out)
     for t in summary["details"]:
-        print(f"  {'PASS' if t['passed'] else 'FAIL'}  {t['name']}  ({t['time_s']:.1f} s)")
+        took = "no time recorded" if t.get("time_s") is None else f"{t['time_s']:.1f} s"
+        print(f"  {'PASS' if t['passed'] else 'FAIL'}  {t['name']}  ({took})")
     print(f"sim: {summary['top']}: {summary['verdict'].upper()} — {summary['tests'] - summary['failed']}/"
           f"{summary['tests']} tests, lint {summary['lint']['errors']} errors / {summary['lint']['warnings']} warnings; "
           f"log {summary['log']}; summary {path}")
