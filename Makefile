@@ -8,6 +8,16 @@ STAMP   := .venv/.installed
 BUILD   := build
 BLOCK   ?= chip
 STA_JOBS ?=
+LOGS    := $(BUILD)/logs
+
+# Each step's command, written once: its target runs it, and `make demo` runs it through flow.runlog.
+RTL_CMD     = $(PY) -m rtl_gen --block $(BLOCK) --out $(BUILD)/rtl
+SIM_CMD     = $(PY) -m verification.sim --rtl $(BUILD)/rtl --out $(BUILD)/sim
+SYNTH_CMD   = $(PY) -m flow.synth --rtl $(BUILD)/rtl --out $(BUILD)/synth
+STA_CMD     = $(PY) -m flow.sta --synth $(BUILD)/synth --out $(BUILD)/sta $(if $(STA_JOBS),--jobs $(STA_JOBS))
+PLACE_CMD   = $(PY) -m flow.place --synth $(BUILD)/synth --out $(BUILD)/place
+SIGNOFF_CMD = $(PY) -m flow.signoff --place $(BUILD)/place --synth $(BUILD)/synth --out $(BUILD)/signoff
+REPORT_CMD  = $(PY) -m flow.report --build $(BUILD) --out $(BUILD)/report
 
 # Steps that need the PDK check it first, so a bad NANGATE45_PDK stops them before any work.
 .PHONY: setup pdk doctor rtl lint sim synth sta report demo test blocks place signoff pnr bench clean
@@ -21,43 +31,48 @@ doctor: $(STAMP)
 	$(PY) -m flow.doctor
 
 rtl: $(STAMP)
-	$(PY) -m rtl_gen --block $(BLOCK) --out $(BUILD)/rtl
+	$(RTL_CMD)
 
 # SPEC §7's lint gate as an outside evaluator runs it (no waivers): fails on an error or over 40 warnings.
 lint: rtl
 	$(PY) -m verification.lint --rtl $(BUILD)/rtl
 
 sim: rtl
-	$(PY) -m verification.sim --rtl $(BUILD)/rtl --out $(BUILD)/sim
+	$(SIM_CMD)
 
 pdk: $(STAMP)
 	@$(PY) -m pdk_config
 
 synth: pdk rtl
-	$(PY) -m flow.synth --rtl $(BUILD)/rtl --out $(BUILD)/synth
+	$(SYNTH_CMD)
 
 sta: synth
-	$(PY) -m flow.sta --synth $(BUILD)/synth --out $(BUILD)/sta $(if $(STA_JOBS),--jobs $(STA_JOBS))
+	$(STA_CMD)
 
 report: $(STAMP)
-	$(PY) -m flow.report --build $(BUILD) --out $(BUILD)/report
+	$(REPORT_CMD)
 
-# Pre-placement STA (one OpenSTA at a time) runs beside placement, which leaves a CPU mostly idle.
-demo: sim synth
-	$(MAKE) --no-print-directory -j2 sta place STA_JOBS=1
-	$(MAKE) --no-print-directory signoff
-	$(PY) -m flow.report --build $(BUILD) --brief
+# The steps one after another, each once; pre-placement STA (one OpenSTA at a time) beside placement, which
+# leaves a CPU mostly idle. Each step's output goes to $(LOGS)/<step>.log while the terminal shows one status
+# line (flow/runlog.py); then the closing summary with each step's wall time and where the report is.
+demo: STA_JOBS = 1
+demo: pdk
+	@$(PY) -m flow.runlog --logs $(LOGS) --step rtl "$(RTL_CMD)" --step sim "$(SIM_CMD)" \
+	  --step synth "$(SYNTH_CMD)" --step sta "$(STA_CMD)" --beside place "$(PLACE_CMD)" \
+	  --step signoff "$(SIGNOFF_CMD)" --step report "$(REPORT_CMD)"
+	@echo; echo "make demo: summary"
+	@$(PY) -m flow.report --build $(BUILD) --out $(BUILD)/report --brief --runtime $(LOGS)/runtime.json
 
 blocks: $(STAMP)
 	$(PY) -m flow.blocks --out $(BUILD)/blocks
 
 place: synth
-	$(PY) -m flow.place --synth $(BUILD)/synth --out $(BUILD)/place
+	$(PLACE_CMD)
 
 # Timing repair (sizing, hold buffers) on `make place`'s placement, then sign-off STA at every corner
 # (flow/signoff.py). It does not re-run placement: it stops with what to run when build/place is missing.
 signoff: $(STAMP)
-	$(PY) -m flow.signoff --place $(BUILD)/place --synth $(BUILD)/synth --out $(BUILD)/signoff
+	$(SIGNOFF_CMD)
 
 pnr: synth
 	$(PY) -m flow.orfs --synth $(BUILD)/synth --rtl $(BUILD)/rtl --out $(BUILD)/orfs --run
@@ -67,8 +82,9 @@ bench: BLOCK = chip
 bench: rtl
 	$(PY) -m verification.bench --rtl $(BUILD)/rtl --out $(BUILD)/bench
 
+# One line per test, named before it runs and with its duration after (flow/pytest_progress.py).
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -v -p flow.pytest_progress --durations=15
 
 clean:
 	rm -rf $(BUILD)

@@ -10,8 +10,13 @@ outputs, and ``snap_to_sites`` / ``pin_xy`` serve both flows.
 """
 from __future__ import annotations
 
+import ctypes
 import math
+import os
+import sys
+import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from flow.lefdef import DefRow, Lef
@@ -148,6 +153,28 @@ def _circuit(d: Design, fp: Floorplan, start: tuple[list[int], list[int]] | None
     return c, skipped
 
 
+@contextmanager
+def coloquinte_report_as_progress():
+    """coloquinte's own report (C++ on file descriptor 1: ``#3: UB ... Dist ... LB ...``) collected while
+    it runs and then printed as progress lines on stderr, ``[place] coloquinte: #3: ...``: no line of it
+    reaches the terminal or a log without the stage's prefix. A file, not a pipe: the C++ call may hold
+    the interpreter lock, so nothing could drain a pipe while it runs."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    with tempfile.TemporaryFile("w+", errors="replace") as report:
+        os.dup2(report.fileno(), 1)
+        try:
+            yield
+        finally:
+            ctypes.CDLL(None).fflush(None)        # what the C library still buffers, before fd 1 is restored
+            os.dup2(saved, 1)
+            os.close(saved)
+            report.seek(0)
+            lines = [f"[place] coloquinte: {ln.rstrip()}\n" for ln in report if ln.strip()]
+            sys.stderr.write("".join(lines))
+            sys.stderr.flush()
+
+
 def global_placement(d: Design, fp: Floorplan, effort: int) -> tuple[list[int], list[int], dict]:
     """Cell lower-left corners (dbu) after coloquinte's global placement: spread, not yet on rows."""
     import coloquinte as cq
@@ -163,7 +190,8 @@ def global_placement(d: Design, fp: Floorplan, effort: int) -> tuple[list[int], 
             progress(f"  global placement step {state['n']} ({time.monotonic() - t0:.0f} s)")
 
     progress(f"global placement of {d.n_std:,} cells ({len(d.net_pins) - skipped:,} nets, effort {effort}) ...")
-    c.place_global(params, callback)
+    with coloquinte_report_as_progress():
+        c.place_global(params, callback)
     n_comp = len(d.comp_name)
     return list(c.cell_x[:n_comp]), list(c.cell_y[:n_comp]), {"nets_ignored_by_placer": skipped,
                                                                "global_s": time.monotonic() - t0}
@@ -177,9 +205,11 @@ def legalize(d: Design, fp: Floorplan, effort: int, xs: list[int], ys: list[int]
     params = cq.ColoquinteParameters(effort)
     t0 = time.monotonic()
     progress("legalisation ...")
-    c.legalize(params)
+    with coloquinte_report_as_progress():
+        c.legalize(params)
     progress(f"detailed placement ({time.monotonic() - t0:.0f} s) ...")
-    c.place_detailed(params)
+    with coloquinte_report_as_progress():
+        c.place_detailed(params)
     n_comp = len(d.comp_name)
     orient = ["N" if o == cq.CellOrientation.N else "FS" for o in c.cell_orientation[:n_comp]]
     return (list(c.cell_x[:n_comp]), list(c.cell_y[:n_comp]), orient,

@@ -1,6 +1,6 @@
 """One report of what ran: correctness, speed, size and timing, with figures.
 
-    python -m flow.report [--build build] [--out build/report] [--brief]
+    python -m flow.report [--build build] [--out build/report] [--brief [--runtime build/logs/runtime.json]]
 
 Reads whatever exists of the stage results under the build folder (table ``STAGES``: simulation summary,
 synthesis, pre-layout STA, placement with its post-placement STA, the per-engine table, ORFS metrics, the
@@ -10,7 +10,8 @@ produced its data. An input that does not exist is listed as "not run", never le
 but is not the producer's JSON is "unreadable"; a figure whose data exists but cannot be drawn is listed
 with the reason. Each output is written under a temporary name and renamed; a figure of an earlier report
 that this run could not draw is deleted, so a stale picture never passes for a current one. ``--brief``
-prints 5-9 lines (``make demo``'s closing summary) and writes nothing.
+prints 5-11 lines (``make demo``'s closing summary: results, with ``--runtime`` each step's wall time from
+flow/runlog.py's record, and where the report in ``--out`` is) and writes nothing.
 
 The parts: flow/report_summary.py (headline numbers, the brief), flow/report_figures.py (bar charts),
 flow/report_layout.py (placement and layout pictures), flow/report_engines.py (which engine holds what).
@@ -370,10 +371,18 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m flow.report", description=__doc__.split("\n\n")[0])
     ap.add_argument("--build", type=Path, default=Path("build"))
     ap.add_argument("--out", type=Path, default=Path("build/report"))
-    ap.add_argument("--brief", action="store_true", help="print 5-9 lines, write nothing")
+    ap.add_argument("--brief", action="store_true", help="print 5-11 lines, write nothing")
+    ap.add_argument("--runtime", type=Path, help="with --brief: the steps' wall times recorded by flow.runlog")
     args = ap.parse_args(argv)
     if args.brief:
-        print(brief(load(args.build)))
+        runtime = None
+        if args.runtime:
+            try:
+                runtime = json.loads(args.runtime.read_text())
+            except (OSError, ValueError) as e:
+                print(f"flow.report: error: cannot read the runtime record {args.runtime}: {e}", file=sys.stderr)
+                return 1
+        print(brief(load(args.build), runtime, args.out / "report.md"))
         return 0
     report = write_report(args.build, args.out)
     missing = [k for k, v in report["stages"].items() if v["status"] != "ok"]

@@ -7,6 +7,9 @@ figures of SPEC_NANO_KPU.md §8 are the constants below.
 """
 from __future__ import annotations
 
+from pathlib import Path
+
+from flow.runlog import runtime_text
 from flow.synth import AREA_BUDGET_UM2, SRAM_BUDGET_BITS
 
 # SPEC_NANO_KPU.md §8: tokens/s at 100 MHz on the long run (seed 20260706, group 128, 48 positions).
@@ -212,8 +215,9 @@ def _slack_line(corners: dict, when: str) -> str:
                       if v[when] and v[when]["wns_ns"] is not None)
 
 
-def brief(stages: dict) -> str:
-    """5-9 lines: the closing summary of ``make demo``."""
+def brief(stages: dict, runtime: dict | None = None, report: Path | None = None) -> str:
+    """5-11 lines: the closing summary of ``make demo``; with ``runtime`` (flow/runlog.py's record) each
+    step's wall time and the total, with ``report`` where the report is (or that it was not written)."""
     s = summary(stages)
     c, sp, z, t, p = s["correctness"], s["speed"], s["size"], s["timing"], s["placement"]
     if c["level"] == "chip":
@@ -245,4 +249,9 @@ def brief(stages: dict) -> str:
     if t["orfs_finish_setup_ws_ns"] is not None:
         lines.append(f"routed     : ORFS finish setup slack {t['orfs_finish_setup_ws_ns']:.3f} ns")
     lines += [f"warning    : {w}" for w in s["warnings"]]
+    if runtime is not None:
+        lines.append(f"runtime    : {runtime_text(runtime)}")
+    if report is not None:
+        lines.append(f"report     : {report}" if report.is_file() else
+                     f"report     : not written ({report} not found; `make report` writes it)")
     return "\n".join(lines)
