@@ -318,8 +318,9 @@ def worker(job_path: Path) -> int:
     t0 = time.monotonic()
     progress(f"{label}reading {len(job['files'])} Verilog file(s)")
     design = _read_design(ys, job, job["top"], job["blackbox"])
-    for title, cmds in _script_steps(job, job["part_out"]):
-        progress(f"{label}{title} ... ({time.monotonic() - t0:.1f} s)")
+    steps = _script_steps(job, job["part_out"])
+    for k, (title, cmds) in enumerate(steps, 1):
+        progress(f"{label}{title} ... (step {k} of {len(steps)}, {time.monotonic() - t0:.1f} s)")
         for cmd in cmds:
             if cmd == "<memory-check>":
                 mems = _inferred_memories(ys, design)
@@ -682,6 +683,9 @@ def _run_parts(job: dict, parts: list[Part], stage: Path, jobs: int) -> list[flo
                     runtime[i] = time.monotonic() - t
                     if proc.returncode != 0:
                         raise _part_error(dirs[i], proc.returncode)
+                    if len(parts) > 1:
+                        done = len(parts) - len(todo) - len(running)
+                        progress(f"{parts[i].top}: mapped in {runtime[i]:.0f} s ({done} of {len(parts)} parts)")
     finally:
         for proc, _ in running.values():
             proc.kill()
