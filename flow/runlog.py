@@ -10,8 +10,8 @@ lines on stdout that are not progress (the stage's summary: progress lines are o
 counts (``region x ... (3 of 13 regions)``), else a bar and ``~NN %`` from the same step's duration in the
 previous run (same command, ``runtime.json``), else the elapsed time alone.
 On a terminal the status line is rewritten in place; into a file or pipe it is printed every ``--every``
-seconds while it changes and at least once a minute. A failed step prints its log's last lines; the
-steps after it do not start (one beside it finishes). ``<logs>/runtime.json`` records every step's wall
+seconds while it changes and at least once a minute. A failed step prints its ``<stage>: error: ...`` lines
+and its log's last lines; the steps after it do not start (one beside it finishes). ``<logs>/runtime.json`` records every step's wall
 time, its log and the total (``flow.report --brief --runtime`` prints it).
 """
 from __future__ import annotations
@@ -33,6 +33,7 @@ from typing import TextIO
 
 SCHEMA = "nano-k3/runtime/1"
 PROGRESS_TAG = re.compile(r"^\s*\[[^\]]+\]")        # "[synth] ...", "  [sim] ...": progress on stdout
+STAGE_ERROR = re.compile(r"^[\w.]+: error: ")      # how a flow stage says why it stopped (flow/cli.py)
 COUNT = re.compile(r"\b(\d[\d,]*) of (\d[\d,]*)\b")  # "3 of 13 regions"
 TAIL_LINES = 20            # of a failed step's log
 SUMMARY_LINES = 40         # of a step's summary on the terminal; all of it is in its log
@@ -185,9 +186,12 @@ def _finish(step: Step, term: Terminal) -> None:
         if len(step.results) > SUMMARY_LINES:
             term.line(f"  ... {len(step.results) - SUMMARY_LINES} more lines in {step.log}")
         return
-    tail = step.log.read_text(errors="replace").splitlines()[-TAIL_LINES:]
-    term.line(f"{step.name}: FAILED (exit status {step.returncode}) after {took}; the last lines of {step.log}:")
-    for r in tail:
+    lines = step.log.read_text(errors="replace").splitlines()
+    term.line(f"{step.name}: FAILED (exit status {step.returncode}) after {took}")
+    for r in [ln for ln in lines if STAGE_ERROR.match(ln)][:3]:     # above a tail of the tool's own complaints
+        term.line(f"  {r}")
+    term.line(f"  the last lines of {step.log}:")
+    for r in lines[-TAIL_LINES:]:
         term.line(f"  | {r}")
 
 

@@ -70,10 +70,13 @@ def test_side_by_side_steps_keep_their_own_logs_and_whole_lines(tmp_path):
 
 
 def test_a_failed_step_shows_its_log_tail_and_stops_the_run(tmp_path):
-    rc, text = _run_main(tmp_path, "--step", "synth", _cmd("import sys; print('yosys: bad cell'); sys.exit(3)"),
-                         "--step", "place", _cmd("print('never')"))
+    fail = "import sys; print('flow.synth: error: bad cell', file=sys.stderr); print('x\\n' * 30); sys.exit(3)"
+    rc, text = _run_main(tmp_path, "--step", "synth", _cmd(fail), "--step", "place", _cmd("print('never')"))
     assert rc == 1
-    assert "synth: FAILED (exit status 3)" in text and "  | yosys: bad cell" in text and "never" not in text
+    lines = text.splitlines()
+    at = lines.index("  flow.synth: error: bad cell")      # named first, though the tail no longer holds it
+    assert lines[at - 1].startswith("synth: FAILED (exit status 3) after 0:0") and "never" not in text
+    assert lines[at + 1] == f"  the last lines of {tmp_path / 'logs' / 'synth.log'}:" and lines[at + 2] == "  | x"
     assert "runtime: synth 0:00 (failed), place not run; total" in text
     record = json.loads((tmp_path / "logs" / "runtime.json").read_text())
     assert [s["status"] for s in record["steps"]] == ["failed", "not run"]
