@@ -11,10 +11,9 @@ simulation, ``verification/gatesim.py``). Cells with a ``three_state`` output (T
 out and listed with the reason in the file's header and ``cells.json``: synthesis never maps to them, and a
 netlist that used them is refused by ``verification.gatesim`` naming the cell.
 
-One limit of edge-triggered models: while ``clear`` and ``preset`` are active together the outputs follow
-``clear_preset_var1/2``, and after one is released the other; when both are released, the state is var1's
-value whichever was released last. A synchronous design (the chip's resets are synchronous logic)
-never does this.
+Clear and preset active together: the outputs follow ``clear_preset_var1/2``; when one of them is released
+the other one sets the state (it has its own event: ``posedge`` of "clear and not preset"), so the state
+after both are released is that of the one released last, as the liberty describes.
 
 The models are written to the build folder (``<out>/nangate45_cells.v`` and ``cells.json``), never into the
 repository, and written again only when the liberty file (or this generator) changes: ``cells.json`` keeps the
@@ -252,28 +251,35 @@ def read_cells(liberty_text: str) -> tuple[list[Cell], dict[str, str]]:
     cells, skipped = [], {}
     for g in parse_liberty(liberty_text).sub("cell"):
         try:
-            cells.append(_cell(g))
+            cell = _cell(g)
+            cell_verilog(cell)                  # functions and tables that cannot be read: no model either
+            cells.append(cell)
         except CellModelError as e:
-            skipped[g.args[0]] = str(e)
+            name = g.args[0]
+            skipped[name] = str(e) if str(e).startswith(f"{name}:") else f"{name}: {e}"
     return cells, skipped
 
 
-def _async_terms(cell: Cell, iq: str) -> tuple[list[str], list[str]]:
-    """(wire declarations, if/else-if lines setting ``iq``) of a flop's or latch's asynchronous clear and preset."""
+def _async_terms(cell: Cell, iq: str) -> tuple[list[str], list[str], list[str]]:
+    """(wire declarations, events, if/else-if lines setting ``iq``) of a flop's or latch's clear and preset."""
     s = cell.state
-    decls, chain = [], []
+    decls, events, chain = [], [], []
     clear, preset = s.get("clear"), s.get("preset")
     if clear:
         decls.append(f"  wire clear_ = {verilog_of(clear)};")
+        events.append("clear_")
     if preset:
         decls.append(f"  wire preset_ = {verilog_of(preset)};")
-    if clear and preset:
+        events.append("preset_")
+    if clear and preset:    # releasing one while the other stays active is an event too
+        decls += ["  wire clear_only_ = clear_ & ~preset_;", "  wire preset_only_ = preset_ & ~clear_;"]
+        events += ["clear_only_", "preset_only_"]
         chain.append(f"if (clear_ & preset_) {iq} <= {_STATE_VALUE[s.get('clear_preset_var1', 'L')]};")
     if clear:
         chain.append(f"if (clear_) {iq} <= 1'b0;")
     if preset:
         chain.append(f"if (preset_) {iq} <= 1'b1;")
-    return decls, chain
+    return decls, events, chain
 
 
 def _state_lines(cell: Cell) -> list[str]:
@@ -282,25 +288,20 @@ def _state_lines(cell: Cell) -> list[str]:
     if cell.kind == "statetable":
         return _statetable_lines(cell)
     iq, iqn = cell.state_vars
-    both = "clear" in s and "preset" in s
-    held = f"{iq}_held" if both else iq       # with both, an output override follows the one still active
-    decls, chain = _async_terms(cell, held)
-    lines = [f"  reg {held};", *decls]
+    decls, events, chain = _async_terms(cell, iq)
+    lines = [f"  reg {iq};", *decls]
     if cell.kind == "ff":
-        events = [f"posedge {verilog_of(s['clocked_on'])}"] + \
-                 [f"posedge {w}_" for w in ("clear", "preset") if w in s]
-        chain.append(f"{held} <= {verilog_of(s['next_state'])};")
+        events = [f"posedge {verilog_of(s['clocked_on'])}"] + [f"posedge {e}" for e in events]
+        chain.append(f"{iq} <= {verilog_of(s['next_state'])};")
         lines.append(f"  always @({' or '.join(events)})")
     else:
-        chain.append(f"if ({verilog_of(s['enable'])}) {held} <= {verilog_of(s['data_in'])};")
+        chain.append(f"if ({verilog_of(s['enable'])}) {iq} <= {verilog_of(s['data_in'])};")
         chain = [c.replace("<=", "=") for c in chain]           # a latch is level-sensitive: blocking
         lines.append("  always_latch")
     lines += ["    " + ("" if i == 0 else "else ") + c for i, c in enumerate(chain)]
-    if both:    # no event re-runs the always block when one of the two is released
-        var1 = _STATE_VALUE[s.get("clear_preset_var1", "L")]
-        lines.append(f"  wire {iq} = clear_ ? (preset_ ? {var1} : 1'b0) : preset_ ? 1'b1 : {iq}_held;")
     if any(iqn in _variables(parse_function(fn)) for fn in cell.outputs.values()):
         var2 = _STATE_VALUE[s.get("clear_preset_var2", "H")]
+        both = "clear" in s and "preset" in s
         lines.append(f"  wire {iqn} = " + (f"(clear_ & preset_) ? {var2} : ~{iq};" if both else f"~{iq};"))
     return lines
 
