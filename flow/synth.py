@@ -339,6 +339,10 @@ def worker(job_path: Path) -> int:
     # Yosys' private names ($abc$123$...) become _N_, as write_verilog would print them, so that the Verilog and
     # the RTLIL netlists name every object alike.
     ys.run_pass("rename -enumerate", design)
+    # OpenSTA's Verilog reader rejects `wire signed`; a gate netlist's wires carry no sign that matters.
+    for module in design.modules_.values():
+        for wire in module.wires_.values():
+            wire.is_signed = False
     ys.run_pass(f"write_verilog -noattr -noexpr -nohex -nodec {out / 'netlist.v'}", design)
     variants = _sta_macro_types(ys, design)
     ys.run_pass(f"write_verilog -noattr -noexpr -nohex -nodec {out / 'sta.v'}", design)
@@ -608,12 +612,15 @@ def _log_errors(log: Path) -> str:
     return "\n".join(errs or lines[-15:])
 
 
+NETLIST_WRITER = 2          # how the worker writes its netlists (2: wires unsigned); part of the inputs' digest
+
+
 def _inputs_key(job: dict, rtl: RtlInput, liberty: Path) -> str:
     """A digest of everything the netlist and its report depend on: the Verilog, the liberty, the options,
     the Yosys and ABC scripts, the Yosys (pyosys) version and the result schema."""
     script = [(title, [c.replace(job["out"], "<out>") for c in cmds]) for title, cmds in _script_steps(job)]
-    h = hashlib.sha256(json.dumps([RESULT_SCHEMA, {k: v for k, v in job.items() if k != "out"}, script,
-                                   ABC_SCRIPT, ABC_CONSTR, MACRO_STUBS, _versions()["pyosys"]],
+    h = hashlib.sha256(json.dumps([RESULT_SCHEMA, NETLIST_WRITER, {k: v for k, v in job.items() if k != "out"},
+                                   script, ABC_SCRIPT, ABC_CONSTR, MACRO_STUBS, _versions()["pyosys"]],
                                   sort_keys=True).encode())
     for f in (*rtl.files, liberty, FA_MAP):
         h.update(f.read_bytes())

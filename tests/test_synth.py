@@ -27,6 +27,14 @@ def test_netlist_uses_nangate45_cells(mac):
     assert not (out.parent / "synth.tmp").exists()
 
 
+def test_netlists_declare_no_signed_wires(mac):
+    """mac_sram's product register is `reg signed`; OpenSTA's Verilog reader rejects `wire signed`."""
+    out, r = mac
+    for key in ("netlist", "sta_netlist"):
+        text = (out / r["files"][key]).read_text()
+        assert "prod" in text and " signed " not in text
+
+
 def test_unchanged_inputs_reuse_the_result(mac, tmp_path):
     out, r = mac
     log = out / "yosys.log"

@@ -9,7 +9,7 @@ module mac_lane (
     input  wire [7:0]  b,
     output reg  [23:0] acc
 );
-    reg [15:0] prod;
+    reg signed [15:0] prod;    // signed: the netlists must still read in OpenSTA (no `wire signed`)
     reg        prod_v;
     always @(posedge clk) begin
         if (!rst_n) begin
