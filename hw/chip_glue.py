@@ -14,20 +14,17 @@ read is issued only if its data has a free entry), so they never lose data under
 """
 from __future__ import annotations
 
-from amaranth.hdl import Array, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import stream, wiring
 from amaranth.lib.data import ArrayLayout, StructLayout
 from amaranth.lib.wiring import In, Out
 
 from hw.lib.pipe import clamp
+from hw.params import log2
 from hw.program import LANES, MAX_SRCS, PaMode, PbMode
 from nano_k3.fxp_ops import RW, X
 
 PARAM_BITS = 16
-
-
-def _log2(v: int) -> int:
-    return v.bit_length() - 1
 
 
 def feed_layout(max_n: int, entries: int = MAX_SRCS, pa_params: int = 4, pb_params: int = 2) -> StructLayout:
@@ -103,7 +100,7 @@ class ElemFeeder(wiring.Component):
             "ns": In(range(MAX_SRCS + 1)),
             "n": In(range(max_n + 1)),
             "interleave": In(1),
-            "lanes_log2": In(range(_log2(lanes) + 1)),
+            "lanes_log2": In(range(log2(lanes) + 1)),
             "pa_mode": In(2),
             "pb_mode": In(1),
             "busy": Out(1),
@@ -117,7 +114,7 @@ class ElemFeeder(wiring.Component):
         m = Module()
         lay = feed_layout(self.max_n, self.entries, self.pa_params, self.pb_params)
         PB = self.prf_width // 8
-        LL = _log2(LANES)
+        LL = log2(LANES)
         active = Signal()
         i = Signal(range(self.max_n + 1))
         s = Signal(range(MAX_SRCS + 1))
@@ -155,7 +152,7 @@ class ElemFeeder(wiring.Component):
         pdata = Signal(lay)
         for d in range(self.entries):                 # data[k·lanes + j] = source k, element i + j
             with m.Switch(self.lanes_log2):
-                for lg in range(_log2(K) + 1):
+                for lg in range(log2(K) + 1):
                     with m.Case(lg):
                         m.d.comb += pdata.data[d].eq(src_val(d >> lg, d & ((1 << lg) - 1)))
         m.d.comb += [pdata.pa.eq((self.pa_rdata >> (t_pa * 8))[:self.pa_params * PARAM_BITS]),
@@ -178,7 +175,7 @@ class ElemFeeder(wiring.Component):
         m.d.comb += slot.eq(self.srcs[s[:2]])
         pa_byte = Signal(range(self.max_n * 2 * max(4, self.conv_k) + 1))
         pb_byte = Signal(range(self.max_n * 2 + 1))
-        lgdh = _log2(self.dh)
+        lgdh = log2(self.dh)
         with m.Switch(self.pa_mode):
             with m.Case(PaMode.HEADMOD):
                 m.d.comb += pa_byte.eq((i & (self.dh - 1)) << 1)
@@ -189,15 +186,15 @@ class ElemFeeder(wiring.Component):
         m.d.comb += pb_byte.eq(Mux(self.pb_mode == PbMode.HEAD, (i >> lgdh) << 1, i << 1))
         m.d.comb += [
             self.vrf_re.eq(issue & reads), self.vrf_raddr.eq(slot * self.slot_words + (i >> LL)),
-            self.pa_re.eq(issue), self.pa_raddr.eq(pa_byte >> _log2(PB)),
-            self.pb_re.eq(issue), self.pb_raddr.eq(pb_byte >> _log2(PB)),
+            self.pa_re.eq(issue), self.pa_raddr.eq(pa_byte >> log2(PB)),
+            self.pb_re.eq(issue), self.pb_raddr.eq(pb_byte >> log2(PB)),
         ]
         final = Signal()
         m.d.comb += final.eq(last_i & (~self.interleave | last_s | ~word_start))
         m.d.sync += [t_valid.eq(issue)]
         with m.If(issue):
             m.d.sync += [t_push.eq(pushes), t_read.eq(reads), t_lane.eq(i[:LL]), t_s.eq(s[:2]), t_i.eq(i),
-                         t_pa.eq(pa_byte[:_log2(PB)]), t_pb.eq(pb_byte[:_log2(PB)]),
+                         t_pa.eq(pa_byte[:log2(PB)]), t_pb.eq(pb_byte[:log2(PB)]),
                          t_final.eq(final)]
             with m.If(self.interleave):
                 with m.If(last_s | ~word_start):

@@ -17,12 +17,13 @@ from amaranth.hdl import ClockDomain, ClockSignal, Module, ResetSignal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from hw.chip_load import STATUS_BAD_ROM
 from hw.mem_engine import SPEC_ADDR_WIDTH, SPEC_BEAT_BITS
 from hw.params import ChipParams, require_instance
 from hw.program import ROM_NAME
 from hw.rom_check import RomCheck
 from hw.roms import ROM_SUBDIR, init_file
-from hw.sequencer import STATUS_BAD_ROM, ChipBuild, ChipCore, chip_build
+from hw.sequencer import ChipBuild, ChipCore, chip_build
 
 TOP_NAME = "msh_chip_top"
 

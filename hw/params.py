@@ -34,6 +34,16 @@ def signed_bits(lo: int, hi: int) -> int:
     return bits
 
 
+def log2(v: int) -> int:
+    """floor(log2 v) of a positive integer: the exponent of a power of two."""
+    return v.bit_length() - 1
+
+
+def pow2_ceil(v: int) -> int:
+    """The smallest power of two >= v (1 for v <= 1)."""
+    return 1 << max(0, (v - 1).bit_length())
+
+
 def require_instance(component: object, value: object, cls: type) -> None:
     """Raises TypeError unless ``value`` (the build parameter of ``component``) is a ``cls``. The rejected
     component is marked used: Amaranth would otherwise warn that it was never elaborated."""

@@ -58,6 +58,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
+from hw.chip_collect import MV_QUEUE
 from hw.chip_glue import Combine
 from hw.kda_engine import KdaEngine, KdaParams
 from hw.logits_writer import BEAT_LOGITS, LogitsWriter
@@ -66,9 +67,9 @@ from hw.mla_params import MlaParams
 from hw.moe_router import MoeRouter
 from hw.norm_unit import NormUnit
 from hw.program import LANES, PRF_READERS, Op, Opc, program_for
-from hw.rom_check import RomCheck
-from hw.sequencer import MV_QUEUE, chip_build
 from hw.res_mixer import ResMixer
+from hw.rom_check import RomCheck
+from hw.sequencer import chip_build
 from hw.vector_unit import Elementwise
 from nano_k3.config import ModelConfig, preset
 

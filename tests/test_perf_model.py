@@ -1,41 +1,117 @@
-"""hw/perf_model.py: totals, phases, monotonicity, and the formulas it shares with the engines.
+"""perf/model.py against the RTL it models, and against the engines' own formulas.
 
-Pure Python (no simulator). The model's agreement with the RTL is checked by the bench
-(verification/bench.py, within 10 % per run) and its bookkeeping here with a synthetic monitor record.
+The model is checked against independent sources, never against itself:
+
+* recorded RTL runs (verification/perf_record.py): the chip emitted now (the tiny preset, or the one in
+  $NANO_K3_PERF_PRESET, e.g. ``nano``: ~15 minutes whenever its RTL changes), simulated with the phase
+  monitor once per RTL digest and re-simulated whenever the emitted RTL changes; three runs that vary
+  seed, group size and length (``RUNS``). The claims checked are perf/model.py's own: every op
+  predicted to the cycle except EMB's wait (SPEC §3 read latency taken at its expectation) and ops a
+  cycle late; the load phase, the finish and the memory beats exactly; the total within issue 16's 2 %.
+* the MAC array's issue and scale-step formulas (hw/mac_array.py) and the chip preset's lane counts.
+
+The bench's bookkeeping (monitor counts folded into the model's phases) is checked on a synthetic record.
 """
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import pytest
 
-from perf.model import PerfModel, chip_perf_params, model_for, op_phase
 from hw.program import Opc, program_for
 from nano_k3.config import preset
+from perf.model import PerfModel, chip_perf_params, model_for, op_phase
+from verification.bench import MODEL_TOLERANCE, measured_phases
+from verification.chip_run import run_length
+from verification.chip_tb import PUBLIC_SEED, PROFILES, RunSpec
 
-# RTL measurement this model was calibrated on (verification/bench.py, nano-g128-s48-long, seed 20260706)
-NANO_LONG_CYCLES = 121_441
-
-
-@pytest.mark.parametrize("config,group,seq_len", [("nano", 128, 48), ("nano", 64, 64), ("tiny", 64, 16)],
-                         ids=["nano-g128-s48", "nano-g64-s64", "tiny-g64-s16"])
-def test_phase_sums_equal_total(config, group, seq_len):
-    m = model_for(config, group)
-    ph = m.phases(seq_len)
-    assert sum(ph.values()) == m.total(seq_len)
-    assert m.cycles_per_token(seq_len) == m.total(seq_len) / seq_len
-    assert all(v > 0 for v in ph.values()), ph
-    per_pos = sum(sum(o.cycles for o in m.position(t)) for t in range(seq_len))
-    load = sum(v for k, v in ph.items() if k.startswith("load."))
-    assert load + per_pos + ph["finish"] == m.total(seq_len)
-    print(f"{config}-g{group}-s{seq_len}: {m.total(seq_len)} cycles, {m.cycles_per_token(seq_len):.1f} cycles/token")
+PRESET = os.environ.get("NANO_K3_PERF_PRESET", "tiny")
+RUNS = [RunSpec(seq_len=run_length(preset(PRESET), 48), group=128, config=PRESET, seed=PUBLIC_SEED),
+        RunSpec(seq_len=run_length(preset(PRESET), 48, 4 / 3), group=64, config=PRESET, seed=1),
+        RunSpec(seq_len=run_length(preset(PRESET), 16), group=128, config=PRESET, seed=2)]
+RUN_IDS = [f"{r.name}-seed{r.seed}" for r in RUNS]
+ONE_CYCLE_LATE = 1        # perf/model.py: an op may end a cycle away (the MoE's third SwiGLU waits on a VRF write)
 
 
-def test_nano_long_run_total_near_rtl():
-    """The calibrated model predicts the public long run within the issue's 10 % (the bench re-measures)."""
-    m = model_for("nano", 128)
-    err = (m.total(48) - NANO_LONG_CYCLES) / NANO_LONG_CYCLES
-    assert abs(err) < 0.10, f"model {m.total(48)} vs RTL {NANO_LONG_CYCLES}: {100 * err:+.2f} %"
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory) -> dict[str, dict]:
+    """Run name -> the recorded RTL run of the chip emitted from the current sources."""
+    from hw.params import preset as chip_preset
+    from rtl_gen import emit
+    from verification.perf_record import recorded_runs
+    rtl = emit("chip", tmp_path_factory.mktemp("rtl") / "rtl", chip_preset(PRESET))
+    return recorded_runs(rtl.verilog.parent, RUNS)
+
+
+def _model(run: RunSpec) -> PerfModel:
+    return model_for(run.config, run.model_config().group_size)
+
+
+@pytest.mark.parametrize("run", RUNS, ids=RUN_IDS)
+def test_totals_and_beats_match_rtl(recorded, run):
+    """The monitor's phases add up to the testbench's cycle count; the model's read and write beats are the
+    memory model's counts exactly; its total is within issue 16's 2 % (``bench.MODEL_TOLERANCE``; measured
+    on tiny: +0.15 % (s12), +0.08 % (s16), +0.33 % (s4), a margin of 6x or more)."""
+    rec, m = recorded[run.name], _model(run)
+    rep, ops = rec["report"], program_for(run.model_config()).ops
+    meas = measured_phases(rec["phases"], ops)
+    assert sum(meas.values()) == rep["cycles"], f"monitor {sum(meas.values())} vs testbench {rep['cycles']} cycles"
+    assert (m.read_beats(run.seq_len), m.write_beats(run.seq_len)) == (rep["read_beats"], rep["write_beats"])
+    err = (m.total(run.seq_len) - rep["cycles"]) / rep["cycles"]
+    print(f"{run.name} seed {run.seed}: RTL {rep['cycles']}, model {m.total(run.seq_len)} ({100 * err:+.3f} %)")
+    assert abs(err) <= MODEL_TOLERANCE, f"model {m.total(run.seq_len)} vs RTL {rep['cycles']}: {100 * err:+.2f} %"
+
+
+@pytest.mark.parametrize("run", RUNS, ids=RUN_IDS)
+def test_ops_to_the_cycle(recorded, run):
+    """Every op but EMB, at every position, within ``ONE_CYCLE_LATE`` of the RTL; the load phase (summed over
+    its regions) and the finish exactly."""
+    rec, m = recorded[run.name], _model(run)
+    ops = program_for(run.model_config()).ops
+    off = []
+    for t in range(run.seq_len):
+        for oc in m.position(t):
+            got = rec["phases"]["ops"][t][oc.index]
+            if oc.opc != Opc.EMB.name and oc.cycles != got:
+                off.append((abs(oc.cycles - got), t, oc.index, oc.opc, oc.name, oc.cycles, got))
+    print(f"{run.name}: {len(off)} (position, op) pairs off: {sorted(off, reverse=True)[:5]}")
+    worst = max(off, default=None)
+    assert worst is None or worst[0] <= ONE_CYCLE_LATE, \
+        "position {1}, op {2} ({3} {4}): model {5}, RTL {6} cycles".format(*worst)
+    meas, pred = measured_phases(rec["phases"], ops), m.phases(run.seq_len)
+    load = [sum(v for k, v in d.items() if k.startswith("load.")) for d in (pred, meas)]
+    assert load[0] == load[1] and pred["finish"] == meas["finish"], (load, pred["finish"], meas["finish"])
+
+
+def _emb_errors(rec: dict, m: PerfModel, run: RunSpec) -> list[int]:
+    k = next(i for i, op in enumerate(m.ops) if op.opc == Opc.EMB)
+    return [m.position(t)[k].cycles - rec["phases"]["ops"][t][k] for t in range(run.seq_len)]
+
+
+def _emb_bound(run: RunSpec) -> int:
+    """EMB waits for two round trips whose latency the model takes at its expectation: the token's
+    (jitter 0..J, expected J/2) and the row's (the last of its reads, 0..J): at most J/2 + J away, and a
+    cycle of rounding."""
+    J = PROFILES[run.profile].timing.jitter
+    return J // 2 + J + 1
+
+
+@pytest.mark.parametrize("run", RUNS, ids=RUN_IDS)
+def test_embedding_wait_within_jitter(recorded, run):
+    """EMB at every position after the first: model and RTL differ by no more than the jitter can make them."""
+    errs = _emb_errors(recorded[run.name], _model(run), run)
+    print(f"{run.name}: EMB model - RTL per position {errs}")
+    assert max(map(abs, errs[1:]), default=0) <= _emb_bound(run), errs
+
+
+@pytest.mark.xfail(PRESET == "tiny", strict=True,
+                   reason="perf/model.py times position 0's row from the tensor block's end; the tiny chip starts "
+                          "position 0 after its longer ROM check, when the row is in: 35 cycles too many")
+@pytest.mark.parametrize("run", RUNS, ids=RUN_IDS)
+def test_first_embedding_wait_within_jitter(recorded, run):
+    err = _emb_errors(recorded[run.name], _model(run), run)[0]
+    assert abs(err) <= _emb_bound(run), f"{run.name}: EMB at position 0, model - RTL = {err} cycles"
 
 
 def test_tiny_is_cheaper_than_nano():

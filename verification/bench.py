@@ -1,25 +1,28 @@
 """`make bench`: measured cycles/token of the chip, the per-phase breakdown, the performance model's
-prediction and its error, the priced area and tokens/s per mm² → build/bench/bench.json.
+prediction and its error, the priced area and tokens/s per mm², and the wall-clock timings of the
+reference models → build/bench/bench.json.
 
     python -m verification.bench --rtl build/rtl --out build/bench
 
-Runs (nano, seed 20260706, long timing profile, one Verilator build): ``nano-g128-s48-long`` (the
-SPEC §8 throughput run) and ``nano-g64-s64-long``. Each run is the normal chip test (every SPEC §7
-check, bit-exact against the fixed-point model) plus ``verification.phase_monitor`` counting every
-cycle into a phase (load regions, each micro-program op, finish) and classifying the memory port's
-request channel each cycle. ``hw.perf_model`` predicts the same phases; the bench reports the
-error of every phase and of the total (the issue's acceptance: within 10 %).
+Runs (seed 20260706, long timing profile, one Verilator build, the preset of the RTL's config.json;
+nano lengths shown): ``nano-g128-s48-long`` (the SPEC §8 throughput run) and ``nano-g64-s64-long``. Each
+run is the normal chip test (every SPEC §7 check, bit-exact against the fixed-point model) plus
+``verification.phase_monitor`` counting every cycle into a phase (load regions, each micro-program op,
+finish) and classifying the memory port's request channel each cycle. ``perf.model`` predicts the
+same phases; the bench reports the error of every phase and of the total (issue 16's target: within 2 %).
 
 Area: the "Chip area" of build/synth/synth.json (standard cells) plus the SPEC §5 price of the
 chip's macros (1 mm²/Mibit) when that file holds a synthesis of msh_chip_top; otherwise the JSON
 says "not synthesized" and names the command that makes it.
+
+Timings (``timings``): seconds the fixed-point model and the float golden model take for 64 nano
+positions on this machine (measured, never asserted: a test must not depend on the machine's load).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import shutil
 import sys
 import tempfile
 import time
@@ -27,20 +30,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from verification.chip_run import run_length
 from verification.chip_tb import CLOCK_HZ, PUBLIC_SEED, RunSpec
 
-MODEL_TOLERANCE = 0.10          # the issue's acceptance: model within 10 % of the RTL per token
+MODEL_TOLERANCE = 0.02          # issue 16's target: the model within 2 % of the RTL per run
 SIM_NAME = "bench-chip"
 TEST_MODULE = "verification.phase_monitor"
+TIMING_POSITIONS = 64           # SPEC §10's longest sequence
+TIMING_SEED = 3
 
 
-def default_runs(seed: int = PUBLIC_SEED) -> list[RunSpec]:
-    return [RunSpec(seq_len=48, profile="long", group=128, seed=seed),
-            RunSpec(seq_len=64, profile="long", group=64, seed=seed)]
+def default_runs(config: str = "nano", seed: int = PUBLIC_SEED) -> list[RunSpec]:
+    from nano_k3.config import preset
+    cfg = preset(config)
+    return [RunSpec(seq_len=run_length(cfg, 48), profile="long", group=128, config=config, seed=seed),
+            RunSpec(seq_len=run_length(cfg, 48, 4 / 3), profile="long", group=64, config=config, seed=seed)]
 
 
 # ------------------------------------------------------------------------------------------------
-# Simulation: test_chip.run_chip_sim's steps with the phase monitor's cocotb test
+# Simulation: chip_run.run_chip_sim with the phase monitor's cocotb test
 
 
 @dataclass(frozen=True)
@@ -50,35 +58,24 @@ class BenchSim:
     log: Path
 
 
-def simulate(rtl_dir: Path, runs: Sequence[RunSpec], name: str = SIM_NAME) -> BenchSim:
-    """Build the chip in ``rtl_dir`` (config.json of block "chip") and run ``runs`` with the monitor."""
+def simulate(rtl_dir: Path, runs: Sequence[RunSpec], build_dir: Path, name: str = SIM_NAME) -> BenchSim:
+    """Build the chip in ``rtl_dir`` (config.json of block "chip") in ``build_dir`` and run ``runs`` with
+    the monitor."""
     from rtl_gen import read_config, read_filelist
-    from verification.chip_tb import OUT_ENV, REFS_ENV, RUNS_ENV, reference, reference_path, runs_to_env, \
-        save_reference
+    from verification.chip_run import chip_sources, run_chip_sim
     from verification.phase_monitor import phases_path
-    from verification.runner import SIM_ROOT, link_rtl, run_cocotb
-    from verification.test_chip import BUILD_ARGS, chip_sources
 
     cfg, _ = read_config(rtl_dir / "config.json")
     if cfg.get("block") != "chip":
         raise ValueError(f"{rtl_dir}/config.json is block {cfg.get('block')!r}, not the chip; "
                          f"run `make rtl BLOCK=chip` first")
-    build_dir = SIM_ROOT / name
-    out, refs = build_dir / "reports", build_dir / "refs"
-    for d in (out, refs):
-        shutil.rmtree(d, ignore_errors=True)        # never read a stale report
-    build_dir.mkdir(parents=True, exist_ok=True)
-    link_rtl(rtl_dir, build_dir)                    # the ROM files as rtl/roms/<x>.hex (SPEC §5)
-    for run in runs:
-        save_reference(reference(run), reference_path(refs, run))
     sources = chip_sources(read_filelist(rtl_dir / cfg["files"]["filelist"]))
-    res = run_cocotb(name, sources, cfg["top"], TEST_MODULE, build_args=BUILD_ARGS,
-                     extra_env={RUNS_ENV: runs_to_env(list(runs)), OUT_ENV: str(out), REFS_ENV: str(refs)},
-                     check=False)
+    res = run_chip_sim(name, sources, cfg["top"], runs, test_module=TEST_MODULE, rtl_dir=rtl_dir,
+                       build_dir=build_dir)
     got = {}
     for run in runs:
-        rp, pp = out / f"{run.name}.json", phases_path(out, run.name)
-        got[run.name] = {"report": json.loads(rp.read_text()) if rp.exists() else None,
+        pp = phases_path(res.reports_dir, run.name)
+        got[run.name] = {"report": res.reports.get(run.name),
                          "phases": json.loads(pp.read_text()) if pp.exists() else None}
     ok = res.passed and all(v["report"] and v["phases"] and v["report"]["passed"] for v in got.values())
     return BenchSim(ok, got, res.log)
@@ -89,7 +86,7 @@ def simulate(rtl_dir: Path, runs: Sequence[RunSpec], name: str = SIM_NAME) -> Be
 
 
 def measured_phases(phases: dict, ops) -> dict[str, int]:
-    """The monitor's counts folded into the model's phase names (``hw.perf_model.op_phase``)."""
+    """The monitor's counts folded into the model's phase names (``perf.model.op_phase``)."""
     from perf.model import op_phase
     names = op_phase(list(ops))
     out = {f"load.{k}": v["cycles"] for k, v in phases["load"].items()}
@@ -132,11 +129,11 @@ def op_class_breakdown(phases: dict, ops) -> dict[str, int]:
 
 
 def analyse_run(run: RunSpec, report: dict, phases: dict) -> dict:
-    from perf.model import PerfModel
+    from perf.model import model_for
     from hw.program import program_for
     cfg = run.model_config()
     ops = program_for(cfg).ops
-    model = PerfModel(cfg)
+    model = model_for(run.config, cfg.group_size)          # the chip build of the run's preset
     meas = measured_phases(phases, ops)
     pred = model.phases(run.seq_len)
     cycles = report["cycles"]
@@ -210,6 +207,9 @@ def print_table(bench: dict) -> None:
                                             sorted(r["op_classes"].items(), key=lambda kv: -kv[1])) + " cycles/token")
         t = r["port"]["total"]
         print("  request channel: " + ", ".join(f"{k} {v}" for k, v in t.items()) + " cycles")
+    t = bench["timings"]
+    print(f"\ntimings ({t['positions']} {t['config']} positions): fixed-point model {t['fixed_model_s']:.2f} s, "
+          f"float golden model {t['golden_model_s']:.2f} s")
     a = bench["area"]
     if a["status"] == "synthesized":
         print(f"\narea {a['total_mm2']:.4f} mm² ({a['logic_mm2']:.4f} cells + {a['macro_mm2']:.4f} macros): "
@@ -228,9 +228,27 @@ def write_json(obj: dict, out: Path) -> Path:
     return dst
 
 
+def timings(positions: int = TIMING_POSITIONS, seed: int = TIMING_SEED) -> dict:
+    """Wall-clock seconds of the reference models for ``positions`` nano positions (weights generated
+    first, not timed): what every chip run computes before its simulation."""
+    from nano_k3.config import NANO
+    from nano_k3.fixed import FixedModel
+    from nano_k3.golden import GoldenModel
+    from nano_k3.weights import generate, generate_tokens
+
+    weights = generate(NANO, seed)
+    tokens = generate_tokens(NANO, seed, positions)                 # (T,)
+    out = {"config": NANO.name, "positions": positions, "seed": seed}
+    for key, model in (("fixed_model_s", FixedModel), ("golden_model_s", GoldenModel)):
+        t0 = time.perf_counter()
+        model(weights).forward_sequence(tokens)
+        out[key] = round(time.perf_counter() - t0, 3)
+    return out
+
+
 def bench(rtl: Path, out: Path, synth: Path, runs: Sequence[RunSpec]) -> dict:
     t0 = time.monotonic()
-    sim = simulate(rtl, runs)
+    sim = simulate(rtl, runs, out / SIM_NAME)
     results = []
     for run in runs:
         got = sim.runs[run.name]
@@ -241,13 +259,16 @@ def bench(rtl: Path, out: Path, synth: Path, runs: Sequence[RunSpec]) -> dict:
     main_run = results[0]
     tps_mm2 = main_run["tokens_per_s"] / ar["total_mm2"] if ar["status"] == "synthesized" else None
     model_ok = all(abs(r["model"]["error"]) <= MODEL_TOLERANCE for r in results)
-    return {"schema": 1, "passed": sim.passed and model_ok,
+    return {"schema": 2, "passed": sim.passed and model_ok,
             "runs": results, "throughput_run": main_run["name"], "area": ar, "tokens_per_s_per_mm2": tps_mm2,
-            "runtime_s": round(time.monotonic() - t0, 1), "log": str(sim.log),
+            "timings": timings(), "runtime_s": round(time.monotonic() - t0, 1), "log": str(sim.log),
             "command": f"python -m verification.bench --rtl {rtl} --out {out}"}
 
 
 def main(argv: list[str] | None = None) -> int:
+    from rtl_gen import read_config
+    from verification.chip_sim import preset_of
+
     ap = argparse.ArgumentParser(prog="python -m verification.bench", description=__doc__.splitlines()[0])
     ap.add_argument("--rtl", type=Path, default=Path("build/rtl"))
     ap.add_argument("--out", type=Path, default=Path("build/bench"))
@@ -257,7 +278,8 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.rtl / "config.json").exists():
         ap.error(f"{args.rtl / 'config.json'} not found; run `make rtl BLOCK=chip` first")
     (args.out / "bench.json").unlink(missing_ok=True)
-    result = bench(args.rtl, args.out, args.synth, default_runs(args.seed))
+    cfg, _ = read_config(args.rtl / "config.json")
+    result = bench(args.rtl, args.out, args.synth, default_runs(preset_of(cfg), args.seed))
     print_table(result)
     path = write_json(result, args.out)
     print(f"\nbench: {'PASS' if result['passed'] else 'FAIL'}; {path}")

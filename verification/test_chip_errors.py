@@ -31,7 +31,7 @@ from typing import Callable
 import cocotb
 import numpy as np
 
-from hw.sequencer import HDR_CHECKS, STATUS_BAD
+from hw.chip_load import HDR_CHECKS, STATUS_BAD
 from nano_k3.config import TINY
 from nano_k3.image import DESC_BYTES, MAGIC, STATUS_DONE, Image, ImageLayout, build_image
 from verification.chip_tb import (Check, ChipTB, RunSpec, check_addr_errors, check_argmax_words, check_bit_exact,

@@ -3,7 +3,7 @@ DONE and ``STATUS_BAD_ROM | k`` (``0xBAD00080 + k``), never 0x600DD00D.
 
 ``hw.rom_check.RomCheck`` reads every word of every msh_rom during the load phase and compares each ROM's
 checksum with the generator's (``config.json`` ``derived.roms`` lists them in check order); ROM k failing
-first ends the run with status ``hw.sequencer.STATUS_BAD_ROM | k`` and no position runs. The ROM files
+first ends the run with status ``hw.chip_load.STATUS_BAD_ROM | k`` and no position runs. The ROM files
 are read when the simulation starts, so one Verilator build of the tiny chip serves every case: each runs
 in its own folder whose ``rtl/roms/`` holds the case's files (SPEC §5 path):
 
@@ -101,7 +101,7 @@ def test_chip_checks_its_roms():
     """valid + each of FAULTS on one Verilator build of the tiny chip (each run in its own folder)."""
     from hw.params import preset as chip_preset
     from hw.roms import ROM_SUBDIR, RTL_DIR
-    from hw.sequencer import STATUS_BAD_ROM
+    from hw.chip_load import STATUS_BAD_ROM
     from rtl_gen import emit, read_config, read_filelist
     from verification.runner import REPO, SIM_ROOT, link_rtl, run_cocotb
     from verification.test_chip import BUILD_ARGS, chip_sources
