@@ -145,21 +145,12 @@ class ChipCore(wiring.Component):
         b = self.build
         ctx = SimpleNamespace(core=self, b=b, cfg=b.cfg, prog=b.program, chip=b.chip, SW=b.slot_words, L=LANES,
                               max_n=b.max_n, nrec=len(record_names(b.cfg)))
-        _engines(m, ctx)
-        _storage(m, ctx)
-        header_checks(m, ctx)
-        _run_state(m, ctx)
-        _memory_port(m, ctx)
-        feeders(m, ctx)
-        collectors(m, ctx)
-        prf_writer(m, ctx)
-        head_results(m, ctx)
-        op_issue(m, ctx)
+        for part in (_engines, _storage, header_checks, _run_state, _memory_port, feeders, collectors, prf_writer,
+                     head_results, op_issue):
+            part(m, ctx)
         with m.FSM(name="ctrl"):
-            load_states(m, ctx)
-            dispatch_states(m, ctx)
-            op_states(m, ctx)
-            _finish_states(m, ctx)
+            for states in (load_states, dispatch_states, op_states, _finish_states):
+                states(m, ctx)
         return m
 
 
