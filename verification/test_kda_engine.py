@@ -37,7 +37,7 @@ from amaranth.lib.data import ArrayLayout
 from cocotb.triggers import FallingEdge, First, RisingEdge, Timer
 from cocotb.utils import get_sim_time
 
-from hw.kda_engine import PARAM_BITS, KdaParams, Sel, in_layout, out_layout
+from hw.kda_params import PARAM_BITS, KdaParams, Sel, in_layout, out_layout
 from nano_k3.config import L2_EPS
 from nano_k3.fixed import gated_norm, kda_alpha, kda_beta, kda_conv, kda_state_update
 from nano_k3.fxp_math import l2norm

@@ -38,6 +38,11 @@ def clamp(v, lo: int, hi: int):
     return Mux(v < lo, lo, Mux(v > hi, hi, v))
 
 
+def eq_const(v, k: int):
+    """v == k, written as a reduction for k = 0 (Yosys prints ``v == 0`` as ``!v``, which Verilator flags)."""
+    return ~v.any() if k == 0 else v == k
+
+
 def delay(m: Module, en, sig, n: int, name: str):
     """``sig`` delayed by ``n`` enabled clock edges (a register chain that holds while ``en`` is low)."""
     for k in range(n):
