@@ -59,29 +59,31 @@ Latency (no stalls, ``ResMixer.latency``, checked by the test): the last ``o`` t
 3·d/K + 3·n + 37 cycles after the first ``i`` transfer was accepted (with the present hw.lib.lut
 latencies); nano (d = 64): K = 1: 235 cycles for n = 2, 232 for n = 1, 241 for n = 4; K = 2: 139 for
 n = 2, 136 for n = 1, 145 for n = 4; K = 4: 91 for n = 2, 88 for n = 1, 97 for n = 4.
+
+Code: this file holds the parameters, the latency formula and the composition; hw/res_mixer_parts.py
+the buffer and ingest, the controller, the lanes, the running max and the combine.
 """
 from __future__ import annotations
 
 import inspect
 import math
 from dataclasses import dataclass
+from types import SimpleNamespace
 
-from amaranth.hdl import Cat, ClockSignal, Const, Instance, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Module, signed, unsigned
 from amaranth.lib import stream, wiring
 from amaranth.lib.data import ArrayLayout, StructLayout
 from amaranth.lib.wiring import In, Out
 
 from hw.lib.lut import ApplyMant, Exp2Neg, Recip, Rsqrt
 from hw.lib.lut_rom import port_of
-from hw.lib.pipe import clamp, delay, round_shift_const
 from hw.params import require_instance, signed_bits
+from hw.res_mixer_parts import PARAM_BITS, W_FRAC, buffer_and_ingest, combine, controller, lanes, running_max
 from hw.roms import ROM_DIR
 from nano_k3 import fxp_math, luts
 from nano_k3.fixed import Q4_11
 from nano_k3.fxp_ops import SQ_FRAC, P, T, X
 
-PARAM_BITS = 16        # norm offset w and proj are int16 small parameters (SPEC §4.4)
-W_FRAC = 13            # norm offset Q2.13: gain = 2^13 + w (fxp_math.rmsnorm)
 PROJ_FRAC = Q4_11      # proj Q4.11 (fixed.residual_mix)
 NUM_FRAC = X.frac      # softmax_combine rounds the numerator Σ e·v to X.frac fractional bits
 # RMSNorm epsilon of residual_mix: the default of the reference's rmsnorm, read from its signature.
@@ -141,27 +143,6 @@ def sram_shape(params: ResMixerParams) -> tuple[int, int]:
     being max_cands X slots of whole bytes, then w and proj."""
     group_bits = params.max_cands * 8 * -(-X.bits // 8) + 2 * PARAM_BITS
     return params.max_d // params.lanes, params.lanes * group_bits
-
-
-STATES = {name: k + 1 for k, name in enumerate((
-    "IDLE", "RSQRT", "RSQRT_WAIT", "SCORE", "SCORE_WAIT", "LOG2", "LOG2_WAIT",
-    "EXP", "EXP_WAIT", "RECIP", "RECIP_WAIT", "COMBINE", "COMBINE_WAIT"))}
-
-
-def is_k(sig, k: int):
-    """sig == k, written as a reduction for k = 0 (yosys turns == 0 into a logical not that lints badly)."""
-    return ~sig.any() if k == 0 else sig == k
-
-
-def select(m: Module, regs: list, sel, name: str):
-    """regs[sel] (regs[0] when sel is out of range): a mux over per-candidate registers."""
-    out = Signal.like(regs[0], name=name)
-    m.d.comb += out.eq(regs[0])
-    for k in range(1, len(regs)):
-        with m.If(sel == k):
-            m.d.comb += out.eq(regs[k])
-    return out
-
 
 class ResMixer(wiring.Component):
     """Attention-residual mixer (see the module docstring for streams, storage and schedule)."""
@@ -268,265 +249,9 @@ class ResMixer(wiring.Component):
                 m.submodules[f"lane_apply_{k}_{l}"] = am
         for l, am in enumerate(self.apply_o):
             m.submodules[f"apply_o_{l}"] = am
-
-        # ---- candidate buffer: word a holds element groups K·a .. K·a + K − 1 -------------------------
-        we, re = Signal(), Signal()
-        waddr, raddr = Signal(A), Signal(A)
-        wdata, rdata = Signal(self.word_bits), Signal(self.word_bits)
-        m.submodules.cand_sram = Instance(
-            "msh_sram", p_DEPTH=self.sram_words, p_WIDTH=self.word_bits, p_ADDRW=A,
-            i_clk=ClockSignal(), i_we=we, i_waddr=waddr, i_wdata=wdata,
-            i_wstrb=Const((1 << (self.word_bits // 8)) - 1, self.word_bits // 8),
-            i_re=re, i_raddr=raddr, o_rdata=rdata)
-        param_lsb = nc * self.slot_bits
-
-        def group(l):
-            return rdata.word_select(l, self.group_bits)
-
-        def slot(k, l):
-            return group(l).word_select(k, self.slot_bits)[:xb].as_signed()
-
-        # ---- ingest -----------------------------------------------------------------------------
-        j_in = Signal(self.cnt_bits)        # transfer (word) being received
-        n_in_m1 = Signal(kb_w)              # n - 1 of the mix being received
-        dm1 = Signal(A)                     # d / K - 1 of the current mix
-        log2d = Signal(range(self.log2_max_d + 1))
-        # round_shift(Σc², sq_shift) + eps·d = (Σc² + ss_const) >> sq_shift: one add (eps·2^s is a multiple of 2^s)
-        sh = self.sq_shift
-        ss_consts = [((1 << (sh - 1)) + (e << sh)) if sh > 0 else e for e in self.eps]
-        ss_const = Signal(range(max(ss_consts) + 1))
-        hold = Signal()                     # the mix is complete: wait until its combine read every word
-        ss_ready = Signal()                 # every Σc² of the received mix is final, not yet taken
-        a1_valid, a1_last, a2_valid, a2_last = Signal(), Signal(), Signal(), Signal()
-        a1_v = [[Signal(signed(xb), name=f"a1_v_{k}_{l}") for l in range(K)] for k in range(nc)]   # (nc, K)
-
-        ip = self.i.payload
-        take = Signal()
-        m.d.comb += [
-            self.i.ready.eq(~hold & self.w.valid & self.proj.valid),
-            self.w.ready.eq(~hold & self.i.valid & self.proj.valid),
-            self.proj.ready.eq(~hold & self.i.valid & self.w.valid),
-            take.eq(self.i.valid & self.i.ready),
-            we.eq(take), waddr.eq(j_in[:A]),
-            wdata.eq(Cat(*[Cat(*[Cat(ip.data[k][l], ip.data[k][l][-1].replicate(self.slot_bits - xb))
-                                 for k in range(nc)], self.w.payload[l], self.proj.payload[l])
-                           for l in range(K)])),
-        ]
-        m.d.sync += [a1_valid.eq(take), a1_last.eq(ip.last), a2_valid.eq(a1_valid), a2_last.eq(a1_last)]
-        m.d.sync += [a1_v[k][l].eq(ip.data[k][l]) for k in range(nc) for l in range(K)]
-        with m.If(a2_valid & a2_last):          # the lanes' accumulators hold Σc² from the next cycle on
-            m.d.sync += ss_ready.eq(1)
-        with m.If(take):
-            m.d.sync += j_in.eq(j_in + 1)
-            with m.If(~j_in.any()):
-                m.d.sync += n_in_m1.eq(ip.n - 1)
-            with m.If(ip.last):
-                m.d.sync += [j_in.eq(0), dm1.eq(j_in), hold.eq(1)]
-                for l in range(A + 1):          # 2^l words: d = 2^(l + log2 K)
-                    with m.If(is_k(j_in, (1 << l) - 1)):
-                        ld = l + self.log2_lanes
-                        m.d.sync += [log2d.eq(ld), ss_const.eq(ss_consts[ld])]
-
-        # ---- per-candidate steps and the passes over the buffer ----------------------------------
-        kb, kc, nb_m1 = Signal(kb_w), Signal(kb_w), Signal(kb_w)   # issue / collect counters; n - 1
-        m_rs, rs_valid = Signal(self.ss_bits), Signal()
-        mant_rs = [Signal(rsqrt.o.mant.shape(), name=f"mant_rs_{k}") for k in range(nc)]
-        e_rs = [Signal(rsqrt.o.e.shape(), name=f"e_rs_{k}") for k in range(nc)]
-        mant_rc, e_rc = Signal(recip.o.mant.shape()), Signal(recip.o.e.shape())
-        jp = Signal(self.cnt_bits)                # score / combine read address
-        # lane k's accumulator: Σc²_k after the ingest, Σ_j r_kj·proj_j after the score pass
-        acc = [Signal(signed(self.acc_bits + 1), name=f"acc_{k}") for k in range(nc)]
-        score_done = Signal()
-        t_regs = [Signal(signed(self.t_bits), name=f"t_{k}") for k in range(nc)]
-        t_max = Signal(signed(self.t_bits))
-        e_regs = [Signal(exp2.o.y.shape(), name=f"e_{k}") for k in range(nc)]
-        esum = Signal(self.esum_bits)
-        e_busy, e_cnt = Signal(), Signal(kb_w)
-        o_done = Signal()
-        sc_issue, cb_issue, lg_issue = Signal(), Signal(), Signal()
-        cb_phase = Signal()                       # the lanes' ApplyMant serve the combine (e_k × c_kj)
-        lg_last = Signal()                        # the last candidate's t_k is being stored
-        adv = Signal()                            # the combine pipeline moves (output free or taken)
-        m.d.comb += adv.eq(~self.o.valid | self.o.ready)
-        for core in (rsqrt, exp2, recip):
-            m.d.comb += core.en.eq(1)
-        m.d.comb += [rsqrt.i_valid.eq(rs_valid), rsqrt.i.m.eq(m_rs), rsqrt.i.frac.eq(SQ_FRAC + log2d),
-                     recip.i.m.eq(esum), recip.i.frac.eq(P.frac),
-                     re.eq(sc_issue | (cb_issue & adv)), raddr.eq(jp[:A])]
-        m.d.comb += [am.en.eq(adv) for am in self.apply_o]
-        acc_sel = select(m, acc, kb, "acc_sel")
-        t_sel = select(m, t_regs, kb, "t_sel")
-        m.d.comb += exp2.i.t.eq(t_max - t_sel)
-        m.d.sync += rs_valid.eq(0)
-
-        # one state register, states numbered from 1 (a compare with 0 lints as a width warning)
-        state = Signal(range(len(STATES) + 1), init=STATES["IDLE"])
-        with m.If(state == STATES["IDLE"]):
-            with m.If(ss_ready | (a2_valid & a2_last)):
-                m.d.sync += [ss_ready.eq(0), nb_m1.eq(n_in_m1), kb.eq(0), kc.eq(0), cb_phase.eq(0),
-                             state.eq(STATES["RSQRT"])]
-        with m.If(state == STATES["RSQRT"]):
-            ss_in = acc_sel[:self.acc_bits]
-            ss = ((ss_in + ss_const) >> sh) if sh > 0 else ((ss_in << -sh) + ss_const)
-            m.d.sync += [m_rs.eq(ss), rs_valid.eq(1), kb.eq(kb + 1)]
-            with m.If(kb == nb_m1):
-                m.d.sync += state.eq(STATES["RSQRT_WAIT"])
-        with m.If(state == STATES["RSQRT_WAIT"]):
-            with m.If(rsqrt.o_valid & (kc == nb_m1)):
-                m.d.sync += [jp.eq(0), state.eq(STATES["SCORE"])]
-        with m.If(state == STATES["SCORE"]):
-            m.d.comb += sc_issue.eq(1)
-            m.d.sync += jp.eq(jp + 1)
-            with m.If(jp[:A] == dm1):
-                m.d.sync += state.eq(STATES["SCORE_WAIT"])
-        with m.If(state == STATES["SCORE_WAIT"]):
-            with m.If(score_done):
-                m.d.sync += [kb.eq(0), state.eq(STATES["LOG2"])]
-        with m.If(state == STATES["LOG2"]):
-            m.d.comb += lg_issue.eq(1)
-            m.d.sync += kb.eq(kb + 1)
-            with m.If(kb == nb_m1):
-                m.d.sync += state.eq(STATES["LOG2_WAIT"])
-        with m.If(state == STATES["LOG2_WAIT"]):
-            with m.If(lg_last):
-                m.d.sync += [kb.eq(0), kc.eq(0), esum.eq(0)] + [e.eq(0) for e in e_regs]
-                m.d.sync += state.eq(STATES["EXP"])
-        with m.If(state == STATES["EXP"]):
-            m.d.comb += exp2.i_valid.eq(1)
-            m.d.sync += kb.eq(kb + 1)
-            with m.If(kb == nb_m1):
-                m.d.sync += state.eq(STATES["EXP_WAIT"])
-        with m.If(state == STATES["EXP_WAIT"]):
-            with m.If(exp2.o_valid & (kc == nb_m1)):
-                m.d.sync += state.eq(STATES["RECIP"])
-        with m.If(state == STATES["RECIP"]):
-            m.d.comb += recip.i_valid.eq(1)
-            m.d.sync += [e_busy.eq(int(p.trace_e)), e_cnt.eq(0)]
-            m.d.sync += state.eq(STATES["RECIP_WAIT"])
-        with m.If(state == STATES["RECIP_WAIT"]):
-            with m.If(recip.o_valid):
-                m.d.sync += [mant_rc.eq(recip.o.mant), e_rc.eq(recip.o.e), jp.eq(0), o_done.eq(0),
-                             cb_phase.eq(1)]
-                m.d.sync += state.eq(STATES["COMBINE"])
-        with m.If(state == STATES["COMBINE"]):
-            m.d.comb += cb_issue.eq(1)
-            with m.If(adv):
-                m.d.sync += jp.eq(jp + 1)
-                with m.If(jp[:A] == dm1):
-                    m.d.sync += hold.eq(0)     # every word is read: the next mix may overwrite
-                    m.d.sync += state.eq(STATES["COMBINE_WAIT"])
-        with m.If(state == STATES["COMBINE_WAIT"]):
-            with m.If(o_done & ~e_busy):
-                m.d.sync += state.eq(STATES["IDLE"])
-
-        # Rsqrt and Exp2Neg results arrive in issue order (never both in flight)
-        with m.If(rsqrt.o_valid):
-            m.d.sync += kc.eq(kc + 1)
-            for k in range(nc):
-                with m.If(is_k(kc, k)):
-                    m.d.sync += [mant_rs[k].eq(rsqrt.o.mant), e_rs[k].eq(rsqrt.o.e)]
-        with m.If(exp2.o_valid):
-            m.d.sync += [kc.eq(kc + 1), esum.eq(esum + exp2.o.y)]
-            for k in range(nc):
-                with m.If(is_k(kc, k)):
-                    m.d.sync += e_regs[k].eq(exp2.o.y)
-
-        # ---- the lanes: ApplyMant (score: c × mant_k; combine: e_k × c exactly), × gain, K products ----
-        # The score pipeline never stalls: adv is high through the score pass (the previous o is out).
-        s1_valid, s1_last = Signal(), Signal()
-        m.d.sync += [s1_valid.eq(sc_issue), s1_last.eq(jp[:A] == dm1)]
-        c1_valid, c1_last = Signal(), Signal()
-        with m.If(adv):
-            m.d.sync += [c1_valid.eq(cb_issue), c1_last.eq(jp[:A] == dm1)]
-        one = Const(1)
-        y_last = delay(m, one, s1_last, ApplyMant.LATENCY, "y_last")
-        s4_valid, s4_last, s5_valid, s5_last, s6_valid, s6_last = (Signal(name=f"s{s}_{f}") for s in (4, 5, 6)
-                                                                  for f in ("valid", "last"))
-        m.d.sync += [s4_valid.eq(self.lane_apply[0][0].o_valid & ~cb_phase), s4_last.eq(y_last),
-                     s5_valid.eq(s4_valid), s5_last.eq(s4_last), s6_valid.eq(s5_valid), s6_last.eq(s5_last)]
-        gain_y, proj5 = [], []                    # (K,) gain_j at the ApplyMant output, proj_j at s5
-        for l in range(K):
-            g = group(l)
-            w_rd = g[param_lsb:param_lsb + PARAM_BITS].as_signed()
-            pj_rd = g[param_lsb + PARAM_BITS:param_lsb + 2 * PARAM_BITS].as_signed()
-            gain2 = Signal(signed(self.gain_bits), name=f"gain2_{l}")
-            proj2 = Signal(signed(PARAM_BITS), name=f"proj2_{l}")
-            m.d.sync += [gain2.eq(w_rd + (1 << W_FRAC)), proj2.eq(pj_rd)]
-            gain_y.append(delay(m, one, gain2, ApplyMant.LATENCY - 1, f"gain_{l}"))
-            proj_y = delay(m, one, proj2, ApplyMant.LATENCY - 1, f"proj_{l}")
-            proj5.append(delay(m, one, proj_y, 2, f"proj_s_{l}"))
-        # the multipliers: c_kj² in the ingest (a2), r_kj·proj_j in the score pass (s6); the schedule keeps
-        # them apart (the next ingest starts after the combine), so s5_valid selects the operands
-        mac_valid, fresh = Signal(), Signal(init=1)
-        m.d.comb += mac_valid.eq(a2_valid | s6_valid)
-        with m.If(mac_valid):
-            m.d.sync += fresh.eq((a2_valid & a2_last) | (s6_valid & s6_last))
-        m.d.sync += score_done.eq(s6_valid & s6_last)
-        # the lane ApplyMant saturates at the combine's product width; the score path saturates RN to
-        # y_bits as a score-only ApplyMant would
-        y_lo, y_hi = -(1 << (self.y_bits - 1)), (1 << (self.y_bits - 1)) - 1
-        for k, ams in enumerate(self.lane_apply):
-            prods = []
-            for l, am in enumerate(ams):
-                y = Signal(signed(self.y_bits), name=f"y_{k}_{l}")
-                yg4 = Signal(signed(self.y_bits + self.gain_bits), name=f"yg4_{k}_{l}")
-                r5 = Signal(signed(xb), name=f"r5_{k}_{l}")
-                prod = Signal(signed(2 * xb), name=f"prod_{k}_{l}")
-                m.d.comb += [am.en.eq(adv), am.i_valid.eq(s1_valid | c1_valid), am.i.v.eq(slot(k, l)),
-                             am.i.mant.eq(Mux(cb_phase, e_regs[k], mant_rs[k])),
-                             am.i.e.eq(Mux(cb_phase, self.e_exact, e_rs[k])),
-                             y.eq(clamp(am.o.y, y_lo, y_hi))]
-                m.d.sync += [yg4.eq(y * gain_y[l]), r5.eq(clamp(round_shift_const(yg4, W_FRAC), X.lo, X.hi)),
-                             prod.eq(Mux(s5_valid, r5, a1_v[k][l]) * Mux(s5_valid, proj5[l], a1_v[k][l]))]
-                prods.append(prod)
-            with m.If(mac_valid):
-                m.d.sync += acc[k].eq(sum(prods, Mux(fresh, 0, acc[k])))
-
-        # ---- to_log2 and the running max: one candidate per cycle ---------------------------------
-        lo_bits = self.log2e_lo_bits
-        c_lo, c_hi = fxp_math.LOG2E_Q24 & ((1 << lo_bits) - 1), fxp_math.LOG2E_Q24 >> lo_bits
-        score_sel = acc_sel[:self.score_bits].as_signed()
-        l1_valid, l2_valid, l3_valid = Signal(), Signal(), Signal()
-        l1_k, l2_k, l3_k = Signal(kb_w), Signal(kb_w), Signal(kb_w)
-        score_x = Signal(signed(xb))
-        plo = Signal(signed(xb + lo_bits + 1))
-        phi = Signal(signed(xb + c_hi.bit_length() + 1))
-        t_cur = Signal(signed(self.t_bits))
-        m.d.sync += [l1_valid.eq(lg_issue), l1_k.eq(kb),
-                     score_x.eq(clamp(round_shift_const(score_sel, self.score_shift), X.lo, X.hi)),
-                     l2_valid.eq(l1_valid), l2_k.eq(l1_k), plo.eq(score_x * c_lo), phi.eq(score_x * c_hi),
-                     l3_valid.eq(l2_valid), l3_k.eq(l2_k),
-                     t_cur.eq(clamp(round_shift_const((phi << lo_bits) + plo, self.t_shift), T.lo, T.hi))]
-        m.d.comb += lg_last.eq(l3_valid & (l3_k == nb_m1))
-        with m.If(l3_valid):
-            for k in range(nc):
-                with m.If(is_k(l3_k, k)):
-                    m.d.sync += t_regs[k].eq(t_cur)
-            with m.If(~l3_k.any() | (t_cur > t_max)):
-                m.d.sync += t_max.eq(t_cur)
-
-        # ---- combine (stalls with the output): per element, Σ_k of the lanes' exact e_k·c_kj | ApplyMant ----
-        for l, apo in enumerate(self.apply_o):
-            num = Signal(signed(self.num_bits), name=f"num_{l}")
-            total = sum((ams[l].o.y for ams in self.lane_apply[1:]), self.lane_apply[0][l].o.y)
-            m.d.comb += [num.eq(round_shift_const(total, self.num_shift)),
-                         apo.i_valid.eq(self.lane_apply[0][0].o_valid & cb_phase), apo.i.v.eq(num),
-                         apo.i.mant.eq(mant_rc), apo.i.e.eq(e_rc),
-                         self.o.payload.data[l].eq(apo.o.y)]
-        o_last = delay(m, adv, c1_last, 2 * ApplyMant.LATENCY, "o_last")
-        m.d.comb += [self.o.valid.eq(self.apply_o[0].o_valid), self.o.payload.last.eq(o_last)]
-        with m.If(self.o.valid & self.o.ready & self.o.payload.last):
-            m.d.sync += o_done.eq(1)
-
-        # ---- e trace ------------------------------------------------------------------------------
-        if p.trace_e:
-            e_sel = select(m, e_regs, e_cnt, "e_sel")
-            m.d.comb += [self.e.valid.eq(e_busy), self.e.payload.data.eq(e_sel),
-                         self.e.payload.last.eq(e_cnt == nb_m1)]
-            with m.If(self.e.valid & self.e.ready):
-                m.d.sync += e_cnt.eq(e_cnt + 1)
-                with m.If(self.e.payload.last):
-                    m.d.sync += e_busy.eq(0)
+        ctx = SimpleNamespace(unit=self, p=p, xb=xb, K=K, A=A, kb_w=kb_w, nc=nc, rsqrt=rsqrt, exp2=exp2, recip=recip)
+        for part in (buffer_and_ingest, controller, lanes, running_max, combine):
+            part(m, ctx)
         return m
 
 

@@ -1,0 +1,323 @@
+"""Residual mixer datapath: the candidate buffer and ingest (Σc² per candidate), the controller of the
+per-candidate steps and the passes over the buffer, the lanes (ApplyMant, gain, K products), to_log2 and
+the running max, and the combine into ``o``. These functions add their logic to the mixer's module
+(hw/res_mixer.py describes the mixer)."""
+from __future__ import annotations
+
+from amaranth.hdl import Cat, ClockSignal, Const, Instance, Module, Mux, Signal, signed
+
+from hw.lib.lut import ApplyMant
+from hw.lib.pipe import clamp, delay, eq_const, round_shift_const
+from nano_k3 import fxp_math
+from nano_k3.fxp_ops import SQ_FRAC, P, T, X
+
+PARAM_BITS = 16        # norm offset w and proj are int16 small parameters (SPEC §4.4)
+W_FRAC = 13            # norm offset Q2.13: gain = 2^13 + w (fxp_math.rmsnorm)
+
+STATES = {name: k + 1 for k, name in enumerate((
+    "IDLE", "RSQRT", "RSQRT_WAIT", "SCORE", "SCORE_WAIT", "LOG2", "LOG2_WAIT",
+    "EXP", "EXP_WAIT", "RECIP", "RECIP_WAIT", "COMBINE", "COMBINE_WAIT"))}
+
+
+def select(m: Module, regs: list, sel, name: str):
+    """regs[sel] (regs[0] when sel is out of range): a mux over per-candidate registers."""
+    out = Signal.like(regs[0], name=name)
+    m.d.comb += out.eq(regs[0])
+    for k in range(1, len(regs)):
+        with m.If(sel == k):
+            m.d.comb += out.eq(regs[k])
+    return out
+
+
+def buffer_and_ingest(m: Module, ctx) -> None:
+    """The candidate buffer (word a holds element groups K·a .. K·a + K − 1) and the ingest of a mix:
+    candidates, w and proj into the buffer, every candidate's Σc²."""
+    A, unit, nc, xb, kb_w, K = ctx.A, ctx.unit, ctx.nc, ctx.xb, ctx.kb_w, ctx.K
+    we, re = Signal(), Signal()
+    waddr, raddr = Signal(A), Signal(A)
+    wdata, rdata = Signal(unit.word_bits), Signal(unit.word_bits)
+    m.submodules.cand_sram = Instance(
+        "msh_sram", p_DEPTH=unit.sram_words, p_WIDTH=unit.word_bits, p_ADDRW=A,
+        i_clk=ClockSignal(), i_we=we, i_waddr=waddr, i_wdata=wdata,
+        i_wstrb=Const((1 << (unit.word_bits // 8)) - 1, unit.word_bits // 8),
+        i_re=re, i_raddr=raddr, o_rdata=rdata)
+    param_lsb = nc * unit.slot_bits
+
+    def group(l):
+        return rdata.word_select(l, unit.group_bits)
+
+    def slot(k, l):
+        return group(l).word_select(k, unit.slot_bits)[:xb].as_signed()
+
+    # ---- ingest -----------------------------------------------------------------------------
+    j_in = Signal(unit.cnt_bits)        # transfer (word) being received
+    n_in_m1 = Signal(kb_w)              # n - 1 of the mix being received
+    dm1 = Signal(A)                     # d / K - 1 of the current mix
+    log2d = Signal(range(unit.log2_max_d + 1))
+    # round_shift(Σc², sq_shift) + eps·d = (Σc² + ss_const) >> sq_shift: one add (eps·2^s is a multiple of 2^s)
+    sh = unit.sq_shift
+    ss_consts = [((1 << (sh - 1)) + (e << sh)) if sh > 0 else e for e in unit.eps]
+    ss_const = Signal(range(max(ss_consts) + 1))
+    hold = Signal()                     # the mix is complete: wait until its combine read every word
+    ss_ready = Signal()                 # every Σc² of the received mix is final, not yet taken
+    a1_valid, a1_last, a2_valid, a2_last = Signal(), Signal(), Signal(), Signal()
+    a1_v = [[Signal(signed(xb), name=f"a1_v_{k}_{l}") for l in range(K)] for k in range(nc)]   # (nc, K)
+
+    ip = unit.i.payload
+    take = Signal()
+    m.d.comb += [
+        unit.i.ready.eq(~hold & unit.w.valid & unit.proj.valid),
+        unit.w.ready.eq(~hold & unit.i.valid & unit.proj.valid),
+        unit.proj.ready.eq(~hold & unit.i.valid & unit.w.valid),
+        take.eq(unit.i.valid & unit.i.ready),
+        we.eq(take), waddr.eq(j_in[:A]),
+        wdata.eq(Cat(*[Cat(*[Cat(ip.data[k][l], ip.data[k][l][-1].replicate(unit.slot_bits - xb))
+                             for k in range(nc)], unit.w.payload[l], unit.proj.payload[l])
+                       for l in range(K)])),
+    ]
+    m.d.sync += [a1_valid.eq(take), a1_last.eq(ip.last), a2_valid.eq(a1_valid), a2_last.eq(a1_last)]
+    m.d.sync += [a1_v[k][l].eq(ip.data[k][l]) for k in range(nc) for l in range(K)]
+    with m.If(a2_valid & a2_last):          # the lanes' accumulators hold Σc² from the next cycle on
+        m.d.sync += ss_ready.eq(1)
+    with m.If(take):
+        m.d.sync += j_in.eq(j_in + 1)
+        with m.If(~j_in.any()):
+            m.d.sync += n_in_m1.eq(ip.n - 1)
+        with m.If(ip.last):
+            m.d.sync += [j_in.eq(0), dm1.eq(j_in), hold.eq(1)]
+            for l in range(A + 1):          # 2^l words: d = 2^(l + log2 K)
+                with m.If(eq_const(j_in, (1 << l) - 1)):
+                    ld = l + unit.log2_lanes
+                    m.d.sync += [log2d.eq(ld), ss_const.eq(ss_consts[ld])]
+    vars(ctx).update(re=re, raddr=raddr, param_lsb=param_lsb, group=group, slot=slot, n_in_m1=n_in_m1, dm1=dm1,
+                     log2d=log2d, sh=sh, ss_const=ss_const, hold=hold, ss_ready=ss_ready, a2_valid=a2_valid,
+                     a2_last=a2_last, a1_v=a1_v)
+
+
+def controller(m: Module, ctx) -> None:
+    """The per-candidate steps (rsqrt, score, log2, exp, recip) and the passes over the buffer that feed
+    the lanes, one state register with one If per state (``STATES``)."""
+    kb_w, unit, rsqrt, nc, recip, exp2 = ctx.kb_w, ctx.unit, ctx.rsqrt, ctx.nc, ctx.recip, ctx.exp2
+    log2d, re, raddr, A, ss_ready, a2_valid = ctx.log2d, ctx.re, ctx.raddr, ctx.A, ctx.ss_ready, ctx.a2_valid
+    a2_last, n_in_m1, ss_const, sh, dm1, p = ctx.a2_last, ctx.n_in_m1, ctx.ss_const, ctx.sh, ctx.dm1, ctx.p
+    hold = ctx.hold
+    kb, kc, nb_m1 = Signal(kb_w), Signal(kb_w), Signal(kb_w)   # issue / collect counters; n - 1
+    m_rs, rs_valid = Signal(unit.ss_bits), Signal()
+    mant_rs = [Signal(rsqrt.o.mant.shape(), name=f"mant_rs_{k}") for k in range(nc)]
+    e_rs = [Signal(rsqrt.o.e.shape(), name=f"e_rs_{k}") for k in range(nc)]
+    mant_rc, e_rc = Signal(recip.o.mant.shape()), Signal(recip.o.e.shape())
+    jp = Signal(unit.cnt_bits)                # score / combine read address
+    # lane k's accumulator: Σc²_k after the ingest, Σ_j r_kj·proj_j after the score pass
+    acc = [Signal(signed(unit.acc_bits + 1), name=f"acc_{k}") for k in range(nc)]
+    score_done = Signal()
+    t_regs = [Signal(signed(unit.t_bits), name=f"t_{k}") for k in range(nc)]
+    t_max = Signal(signed(unit.t_bits))
+    e_regs = [Signal(exp2.o.y.shape(), name=f"e_{k}") for k in range(nc)]
+    esum = Signal(unit.esum_bits)
+    e_busy, e_cnt = Signal(), Signal(kb_w)
+    o_done = Signal()
+    sc_issue, cb_issue, lg_issue = Signal(), Signal(), Signal()
+    cb_phase = Signal()                       # the lanes' ApplyMant serve the combine (e_k × c_kj)
+    lg_last = Signal()                        # the last candidate's t_k is being stored
+    adv = Signal()                            # the combine pipeline moves (output free or taken)
+    m.d.comb += adv.eq(~unit.o.valid | unit.o.ready)
+    for core in (rsqrt, exp2, recip):
+        m.d.comb += core.en.eq(1)
+    m.d.comb += [rsqrt.i_valid.eq(rs_valid), rsqrt.i.m.eq(m_rs), rsqrt.i.frac.eq(SQ_FRAC + log2d),
+                 recip.i.m.eq(esum), recip.i.frac.eq(P.frac),
+                 re.eq(sc_issue | (cb_issue & adv)), raddr.eq(jp[:A])]
+    m.d.comb += [am.en.eq(adv) for am in unit.apply_o]
+    acc_sel = select(m, acc, kb, "acc_sel")
+    t_sel = select(m, t_regs, kb, "t_sel")
+    m.d.comb += exp2.i.t.eq(t_max - t_sel)
+    m.d.sync += rs_valid.eq(0)
+
+    # one state register, states numbered from 1 (a compare with 0 lints as a width warning)
+    state = Signal(range(len(STATES) + 1), init=STATES["IDLE"])
+    with m.If(state == STATES["IDLE"]):
+        with m.If(ss_ready | (a2_valid & a2_last)):
+            m.d.sync += [ss_ready.eq(0), nb_m1.eq(n_in_m1), kb.eq(0), kc.eq(0), cb_phase.eq(0),
+                         state.eq(STATES["RSQRT"])]
+    with m.If(state == STATES["RSQRT"]):
+        ss_in = acc_sel[:unit.acc_bits]
+        ss = ((ss_in + ss_const) >> sh) if sh > 0 else ((ss_in << -sh) + ss_const)
+        m.d.sync += [m_rs.eq(ss), rs_valid.eq(1), kb.eq(kb + 1)]
+        with m.If(kb == nb_m1):
+            m.d.sync += state.eq(STATES["RSQRT_WAIT"])
+    with m.If(state == STATES["RSQRT_WAIT"]):
+        with m.If(rsqrt.o_valid & (kc == nb_m1)):
+            m.d.sync += [jp.eq(0), state.eq(STATES["SCORE"])]
+    with m.If(state == STATES["SCORE"]):
+        m.d.comb += sc_issue.eq(1)
+        m.d.sync += jp.eq(jp + 1)
+        with m.If(jp[:A] == dm1):
+            m.d.sync += state.eq(STATES["SCORE_WAIT"])
+    with m.If(state == STATES["SCORE_WAIT"]):
+        with m.If(score_done):
+            m.d.sync += [kb.eq(0), state.eq(STATES["LOG2"])]
+    with m.If(state == STATES["LOG2"]):
+        m.d.comb += lg_issue.eq(1)
+        m.d.sync += kb.eq(kb + 1)
+        with m.If(kb == nb_m1):
+            m.d.sync += state.eq(STATES["LOG2_WAIT"])
+    with m.If(state == STATES["LOG2_WAIT"]):
+        with m.If(lg_last):
+            m.d.sync += [kb.eq(0), kc.eq(0), esum.eq(0)] + [e.eq(0) for e in e_regs]
+            m.d.sync += state.eq(STATES["EXP"])
+    with m.If(state == STATES["EXP"]):
+        m.d.comb += exp2.i_valid.eq(1)
+        m.d.sync += kb.eq(kb + 1)
+        with m.If(kb == nb_m1):
+            m.d.sync += state.eq(STATES["EXP_WAIT"])
+    with m.If(state == STATES["EXP_WAIT"]):
+        with m.If(exp2.o_valid & (kc == nb_m1)):
+            m.d.sync += state.eq(STATES["RECIP"])
+    with m.If(state == STATES["RECIP"]):
+        m.d.comb += recip.i_valid.eq(1)
+        m.d.sync += [e_busy.eq(int(p.trace_e)), e_cnt.eq(0)]
+        m.d.sync += state.eq(STATES["RECIP_WAIT"])
+    with m.If(state == STATES["RECIP_WAIT"]):
+        with m.If(recip.o_valid):
+            m.d.sync += [mant_rc.eq(recip.o.mant), e_rc.eq(recip.o.e), jp.eq(0), o_done.eq(0),
+                         cb_phase.eq(1)]
+            m.d.sync += state.eq(STATES["COMBINE"])
+    with m.If(state == STATES["COMBINE"]):
+        m.d.comb += cb_issue.eq(1)
+        with m.If(adv):
+            m.d.sync += jp.eq(jp + 1)
+            with m.If(jp[:A] == dm1):
+                m.d.sync += hold.eq(0)     # every word is read: the next mix may overwrite
+                m.d.sync += state.eq(STATES["COMBINE_WAIT"])
+    with m.If(state == STATES["COMBINE_WAIT"]):
+        with m.If(o_done & ~e_busy):
+            m.d.sync += state.eq(STATES["IDLE"])
+
+    # Rsqrt and Exp2Neg results arrive in issue order (never both in flight)
+    with m.If(rsqrt.o_valid):
+        m.d.sync += kc.eq(kc + 1)
+        for k in range(nc):
+            with m.If(eq_const(kc, k)):
+                m.d.sync += [mant_rs[k].eq(rsqrt.o.mant), e_rs[k].eq(rsqrt.o.e)]
+    with m.If(exp2.o_valid):
+        m.d.sync += [kc.eq(kc + 1), esum.eq(esum + exp2.o.y)]
+        for k in range(nc):
+            with m.If(eq_const(kc, k)):
+                m.d.sync += e_regs[k].eq(exp2.o.y)
+    vars(ctx).update(kb=kb, nb_m1=nb_m1, mant_rs=mant_rs, e_rs=e_rs, mant_rc=mant_rc, e_rc=e_rc, jp=jp, acc=acc,
+                     score_done=score_done, t_regs=t_regs, t_max=t_max, e_regs=e_regs, e_busy=e_busy, e_cnt=e_cnt,
+                     o_done=o_done, sc_issue=sc_issue, cb_issue=cb_issue, lg_issue=lg_issue, cb_phase=cb_phase,
+                     lg_last=lg_last, adv=adv, acc_sel=acc_sel)
+
+
+def lanes(m: Module, ctx) -> None:
+    """The K lanes: ApplyMant (score: c × mant_k; combine: e_k × c exactly), × gain, the K products."""
+    sc_issue, jp, A, dm1, adv, cb_issue = ctx.sc_issue, ctx.jp, ctx.A, ctx.dm1, ctx.adv, ctx.cb_issue
+    unit, cb_phase, K, group, param_lsb = ctx.unit, ctx.cb_phase, ctx.K, ctx.group, ctx.param_lsb
+    a2_valid, a2_last, score_done, xb, slot = ctx.a2_valid, ctx.a2_last, ctx.score_done, ctx.xb, ctx.slot
+    e_regs, mant_rs, e_rs, a1_v, acc = ctx.e_regs, ctx.mant_rs, ctx.e_rs, ctx.a1_v, ctx.acc
+    # The score pipeline never stalls: adv is high through the score pass (the previous o is out).
+    s1_valid, s1_last = Signal(), Signal()
+    m.d.sync += [s1_valid.eq(sc_issue), s1_last.eq(jp[:A] == dm1)]
+    c1_valid, c1_last = Signal(), Signal()
+    with m.If(adv):
+        m.d.sync += [c1_valid.eq(cb_issue), c1_last.eq(jp[:A] == dm1)]
+    one = Const(1)
+    y_last = delay(m, one, s1_last, ApplyMant.LATENCY, "y_last")
+    s4_valid, s4_last, s5_valid, s5_last, s6_valid, s6_last = (Signal(name=f"s{s}_{f}") for s in (4, 5, 6)
+                                                              for f in ("valid", "last"))
+    m.d.sync += [s4_valid.eq(unit.lane_apply[0][0].o_valid & ~cb_phase), s4_last.eq(y_last),
+                 s5_valid.eq(s4_valid), s5_last.eq(s4_last), s6_valid.eq(s5_valid), s6_last.eq(s5_last)]
+    gain_y, proj5 = [], []                    # (K,) gain_j at the ApplyMant output, proj_j at s5
+    for l in range(K):
+        g = group(l)
+        w_rd = g[param_lsb:param_lsb + PARAM_BITS].as_signed()
+        pj_rd = g[param_lsb + PARAM_BITS:param_lsb + 2 * PARAM_BITS].as_signed()
+        gain2 = Signal(signed(unit.gain_bits), name=f"gain2_{l}")
+        proj2 = Signal(signed(PARAM_BITS), name=f"proj2_{l}")
+        m.d.sync += [gain2.eq(w_rd + (1 << W_FRAC)), proj2.eq(pj_rd)]
+        gain_y.append(delay(m, one, gain2, ApplyMant.LATENCY - 1, f"gain_{l}"))
+        proj_y = delay(m, one, proj2, ApplyMant.LATENCY - 1, f"proj_{l}")
+        proj5.append(delay(m, one, proj_y, 2, f"proj_s_{l}"))
+    # the multipliers: c_kj² in the ingest (a2), r_kj·proj_j in the score pass (s6); the schedule keeps
+    # them apart (the next ingest starts after the combine), so s5_valid selects the operands
+    mac_valid, fresh = Signal(), Signal(init=1)
+    m.d.comb += mac_valid.eq(a2_valid | s6_valid)
+    with m.If(mac_valid):
+        m.d.sync += fresh.eq((a2_valid & a2_last) | (s6_valid & s6_last))
+    m.d.sync += score_done.eq(s6_valid & s6_last)
+    # the lane ApplyMant saturates at the combine's product width; the score path saturates RN to
+    # y_bits as a score-only ApplyMant would
+    y_lo, y_hi = -(1 << (unit.y_bits - 1)), (1 << (unit.y_bits - 1)) - 1
+    for k, ams in enumerate(unit.lane_apply):
+        prods = []
+        for l, am in enumerate(ams):
+            y = Signal(signed(unit.y_bits), name=f"y_{k}_{l}")
+            yg4 = Signal(signed(unit.y_bits + unit.gain_bits), name=f"yg4_{k}_{l}")
+            r5 = Signal(signed(xb), name=f"r5_{k}_{l}")
+            prod = Signal(signed(2 * xb), name=f"prod_{k}_{l}")
+            m.d.comb += [am.en.eq(adv), am.i_valid.eq(s1_valid | c1_valid), am.i.v.eq(slot(k, l)),
+                         am.i.mant.eq(Mux(cb_phase, e_regs[k], mant_rs[k])),
+                         am.i.e.eq(Mux(cb_phase, unit.e_exact, e_rs[k])),
+                         y.eq(clamp(am.o.y, y_lo, y_hi))]
+            m.d.sync += [yg4.eq(y * gain_y[l]), r5.eq(clamp(round_shift_const(yg4, W_FRAC), X.lo, X.hi)),
+                         prod.eq(Mux(s5_valid, r5, a1_v[k][l]) * Mux(s5_valid, proj5[l], a1_v[k][l]))]
+            prods.append(prod)
+        with m.If(mac_valid):
+            m.d.sync += acc[k].eq(sum(prods, Mux(fresh, 0, acc[k])))
+    vars(ctx).update(c1_last=c1_last)
+
+
+def running_max(m: Module, ctx) -> None:
+    """to_log2 of each candidate's score and the running max, one candidate per cycle."""
+    unit, acc_sel, kb_w, xb, lg_issue, kb = ctx.unit, ctx.acc_sel, ctx.kb_w, ctx.xb, ctx.lg_issue, ctx.kb
+    lg_last, nb_m1, nc, t_regs, t_max = ctx.lg_last, ctx.nb_m1, ctx.nc, ctx.t_regs, ctx.t_max
+    lo_bits = unit.log2e_lo_bits
+    c_lo, c_hi = fxp_math.LOG2E_Q24 & ((1 << lo_bits) - 1), fxp_math.LOG2E_Q24 >> lo_bits
+    score_sel = acc_sel[:unit.score_bits].as_signed()
+    l1_valid, l2_valid, l3_valid = Signal(), Signal(), Signal()
+    l1_k, l2_k, l3_k = Signal(kb_w), Signal(kb_w), Signal(kb_w)
+    score_x = Signal(signed(xb))
+    plo = Signal(signed(xb + lo_bits + 1))
+    phi = Signal(signed(xb + c_hi.bit_length() + 1))
+    t_cur = Signal(signed(unit.t_bits))
+    m.d.sync += [l1_valid.eq(lg_issue), l1_k.eq(kb),
+                 score_x.eq(clamp(round_shift_const(score_sel, unit.score_shift), X.lo, X.hi)),
+                 l2_valid.eq(l1_valid), l2_k.eq(l1_k), plo.eq(score_x * c_lo), phi.eq(score_x * c_hi),
+                 l3_valid.eq(l2_valid), l3_k.eq(l2_k),
+                 t_cur.eq(clamp(round_shift_const((phi << lo_bits) + plo, unit.t_shift), T.lo, T.hi))]
+    m.d.comb += lg_last.eq(l3_valid & (l3_k == nb_m1))
+    with m.If(l3_valid):
+        for k in range(nc):
+            with m.If(eq_const(l3_k, k)):
+                m.d.sync += t_regs[k].eq(t_cur)
+        with m.If(~l3_k.any() | (t_cur > t_max)):
+            m.d.sync += t_max.eq(t_cur)
+
+
+def combine(m: Module, ctx) -> None:
+    """Combine (stalls with the output): per element Σ_k of the lanes' e_k·c_kj, ApplyMant by 1 / Σe, ``o``;
+    the e trace."""
+    unit, cb_phase, mant_rc, e_rc, adv = ctx.unit, ctx.cb_phase, ctx.mant_rc, ctx.e_rc, ctx.adv
+    c1_last, o_done, p, e_regs, e_cnt, e_busy = ctx.c1_last, ctx.o_done, ctx.p, ctx.e_regs, ctx.e_cnt, ctx.e_busy
+    nb_m1 = ctx.nb_m1
+    for l, apo in enumerate(unit.apply_o):
+        num = Signal(signed(unit.num_bits), name=f"num_{l}")
+        total = sum((ams[l].o.y for ams in unit.lane_apply[1:]), unit.lane_apply[0][l].o.y)
+        m.d.comb += [num.eq(round_shift_const(total, unit.num_shift)),
+                     apo.i_valid.eq(unit.lane_apply[0][0].o_valid & cb_phase), apo.i.v.eq(num),
+                     apo.i.mant.eq(mant_rc), apo.i.e.eq(e_rc),
+                     unit.o.payload.data[l].eq(apo.o.y)]
+    o_last = delay(m, adv, c1_last, 2 * ApplyMant.LATENCY, "o_last")
+    m.d.comb += [unit.o.valid.eq(unit.apply_o[0].o_valid), unit.o.payload.last.eq(o_last)]
+    with m.If(unit.o.valid & unit.o.ready & unit.o.payload.last):
+        m.d.sync += o_done.eq(1)
+
+    # ---- e trace ------------------------------------------------------------------------------
+    if p.trace_e:
+        e_sel = select(m, e_regs, e_cnt, "e_sel")
+        m.d.comb += [unit.e.valid.eq(e_busy), unit.e.payload.data.eq(e_sel),
+                     unit.e.payload.last.eq(e_cnt == nb_m1)]
+        with m.If(unit.e.valid & unit.e.ready):
+            m.d.sync += e_cnt.eq(e_cnt + 1)
+            with m.If(unit.e.payload.last):
+                m.d.sync += e_busy.eq(0)
