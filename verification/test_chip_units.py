@@ -1,6 +1,6 @@
 """Unit tests of the chip top's own parts: the micro-program, and a per-op trace of the chip under Verilator.
 
-* ``test_program_emulates_fixed_model``: ``hw.program.emulate`` (the program run with the fixed-point
+* ``test_program_emulates_fixed_model``: ``hw.program_emu.emulate`` (the program run with the fixed-point
   model's functions) equals ``FixedModel.forward_sequence`` bit for bit (tiny, nano at group 64/128).
 * ``test_program_rom_fields``: every op encodes into its ROM word and decodes back.
 * ``chip_trace`` (cocotb) + ``run_chip_trace``: the whole chip under one SPEC timing profile while a
@@ -16,7 +16,8 @@ import os
 import numpy as np
 import pytest
 
-from hw.program import Opc, emulate, fields, program_for
+from hw.program import Opc, fields, program_for
+from hw.program_emu import emulate
 from nano_k3.config import preset
 
 TRACE_ENV = "NANO_K3_CHIP_TRACE_RUN"
