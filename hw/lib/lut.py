@@ -56,6 +56,16 @@ from nano_k3 import fxp_math, luts
 from nano_k3.fxp_ops import P, T, X
 
 
+def table_covers(component, table: str, input_bits: int, what: str):
+    """The LUT ``table``; rejects ``component`` unless its index + interp bits are the ``input_bits`` of
+    the function's input range ``what`` (in X)."""
+    t = luts.tables()[table]
+    if t.index_bits + t.interp_bits != input_bits:
+        reject(component, f"{table} table: index {t.index_bits} + interp {t.interp_bits} bits do not cover "
+                          f"{what} at X.frac={X.frac}")
+    return t
+
+
 class LutEval(FixedPipe):
     """``luts.tables()[name].lookup(idx, r)`` on ``lanes`` (1 or 2) lanes sharing one pair of msh_rom
     banks, or reading through ``port``: a ``RomPort`` of ``shared_rom`` (one lane) or a tuple of one
@@ -124,10 +134,7 @@ class Sigmoid(FixedPipe):
 
     def __init__(self, *, rom_dir: str = ROM_DIR, port: RomPort | None = None):
         self.rom_dir, self.port = rom_dir, port
-        t = luts.tables()["sigmoid"]
-        if t.index_bits + t.interp_bits != (luts.SIGMOID_RANGE << X.frac).bit_length() - 1:
-            reject(self, f"sigmoid table: index {t.index_bits} + interp {t.interp_bits} bits do not cover "
-                          f"|x| < {luts.SIGMOID_RANGE} at X.frac={X.frac}")
+        table_covers(self, "sigmoid", (luts.SIGMOID_RANGE << X.frac).bit_length() - 1, f"|x| < {luts.SIGMOID_RANGE}")
         super().__init__(StructLayout({"x": signed(X.bits)}), StructLayout({"y": unsigned(P.bits)}))
 
     def elaborate(self, platform):
@@ -226,11 +233,8 @@ class KdaDecay(FixedPipe):
 
     def __init__(self, *, rom_dir: str = ROM_DIR):
         self.rom_dir = rom_dir
-        t = luts.tables()["kda_decay"]
         lim = luts.DECAY_RANGE << X.frac
-        if (2 * lim).bit_length() - 1 != t.index_bits + t.interp_bits:
-            reject(self, f"kda_decay table: index {t.index_bits} + interp {t.interp_bits} bits do not cover "
-                          f"g in [-{luts.DECAY_RANGE}, {luts.DECAY_RANGE}) at X.frac={X.frac}")
+        t = table_covers(self, "kda_decay", (2 * lim).bit_length() - 1, f"g in [-{luts.DECAY_RANGE}, {luts.DECAY_RANGE})")
         super().__init__(StructLayout({"g": signed(X.bits)}), StructLayout({"y": unsigned(t.base_bits)}))
 
     def elaborate(self, platform):
@@ -263,7 +267,7 @@ class _Normalised(FixedPipe):
         mant_index_bits = t.index_bits - (1 if self.TABLE == "rsqrt" else 0)
         if mant_index_bits + t.interp_bits != self.W:
             reject(self, f"{self.TABLE} table: {mant_index_bits} mantissa index + {t.interp_bits} interp bits "
-                          f"!= MANT_FRAC {self.W}")
+                         f"!= MANT_FRAC {self.W}")
         self.m_bits, self.frac_bits, self.rom_dir, self.port = m_bits, frac_bits, rom_dir, port
         self.e_range = self.exponent_range(m_bits, (1 << frac_bits) - 1)
         super().__init__(StructLayout({"m": unsigned(m_bits), "frac": unsigned(frac_bits)}),
