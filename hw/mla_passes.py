@@ -176,56 +176,56 @@ def lane_multipliers(m: Module, ctx) -> None:
     exp2 = [Exp2Neg(t_bits=p.dt_bits, rom_dir=core.rom_dir, port=port) for port in exp2_ports]
     for k, e in enumerate(exp2):
         m.submodules[f"exp2_{k}"] = e
-    f1 = Signal.like(s_iss)
-    m.d.sync += f1.eq(s_iss)                       # f1 travels with the SRAM read data
+    rd_flags = Signal.like(s_iss)
+    m.d.sync += rd_flags.eq(s_iss)        # travels with the SRAM read data
     prod = [[Signal(signed(p.prod_bits), name=f"prod_{hd}_{k}") for k in range(L)] for hd in range(HM)]
     for hd in range(HM):
         q_word = qbufs[hd].r_data[:L * XB]
-        k_word = Mux(f1.kr, banks[0].r_data, banks[hd].r_data)[:L * XB] if hd else banks[0].r_data[:L * XB]
+        k_word = Mux(rd_flags.kr, banks[0].r_data, banks[hd].r_data)[:L * XB] if hd else banks[0].r_data[:L * XB]
         for k in range(L):
             a = Mux(mode_ctx, exp2[hd].o.y, q_word[k * XB:(k + 1) * XB].as_signed())
             m.d.sync += prod[hd][k].eq(a * k_word[k * XB:(k + 1) * XB].as_signed())
-    vars(ctx).update(v_delay=v_delay, exp2=exp2, f1=f1, prod=prod)
+    vars(ctx).update(v_delay=v_delay, exp2=exp2, rd_flags=rd_flags, prod=prod)
 
 
 def score_pass(m: Module, ctx) -> None:
     """Score pass: the word dots summed per position, scaled into T (shared by the heads, one a cycle),
     written to the t buffers with each head's running max."""
-    s_iss, f1, prod, p, HM, XB, seq = ctx.s_iss, ctx.f1, ctx.prod, ctx.p, ctx.HM, ctx.XB, ctx.seq
+    s_iss, rd_flags, prod, p, HM, XB, seq = ctx.s_iss, ctx.rd_flags, ctx.prod, ctx.p, ctx.HM, ctx.XB, ctx.seq
     head_by_head, c_r, tbufs, score_done, H = ctx.head_by_head, ctx.c_r, ctx.tbufs, ctx.score_done, ctx.H
-    f2 = Signal.like(s_iss)
-    m.d.sync += f2.eq(f1)                          # f2 travels with prod
+    prod_flags = Signal.like(s_iss)
+    m.d.sync += prod_flags.eq(rd_flags)   # travels with prod
     word_dots, depth = zip(*(_adder_tree(m, prod[hd], p.dot_bits, f"tree_{hd}") for hd in range(HM)))
-    fd = delay(m, 1, f2, depth[0], "tree_f")       # travels with the word dots
+    dot_flags = delay(m, 1, prod_flags, depth[0], "dot_flags")       # travels with the word dots
     dots = [Signal(signed(p.dot_bits), name=f"dot_{hd}") for hd in range(HM)]
-    with m.If(fd.v):
-        m.d.sync += [dots[hd].eq(Mux(fd.first, 0, dots[hd]) + word_dots[hd]) for hd in range(HM)]
-    fa = Signal.like(s_iss)
-    m.d.sync += fa.eq(fd)
+    with m.If(dot_flags.v):
+        m.d.sync += [dots[hd].eq(Mux(dot_flags.first, 0, dots[hd]) + word_dots[hd]) for hd in range(HM)]
+    score_flags = Signal.like(s_iss)
+    m.d.sync += score_flags.eq(dot_flags)
     # score = X.fit(dot, X.frac): round half up, saturate; held ws >= H cycles for the shared scaling
     fin = Signal()
-    m.d.comb += fin.eq(fa.v & fa.last)
+    m.d.comb += fin.eq(score_flags.v & score_flags.last)
     scores = [Signal(signed(XB), name=f"score_{hd}") for hd in range(HM)]
-    sj, sjl = Signal(seq), Signal()
+    score_pos, score_pos_last = Signal(seq), Signal()
     with m.If(fin):
         m.d.sync += [scores[hd].eq(clamp(round_shift_const(dots[hd], X.frac), X.lo, X.hi)) for hd in range(HM)]
-        m.d.sync += [sj.eq(fa.j), sjl.eq(fa.jlast)]
+        m.d.sync += [score_pos.eq(score_flags.j), score_pos_last.eq(score_flags.jlast)]
     sh, sv = head_by_head(fin, "scale")
     # t = T.fit(score * c, X.frac + C_FRAC): the multiply alone, then round + saturate
-    sc = Signal(signed(p.score_t_bits))
-    mv, mh, mj, mjl = Signal(), Signal.like(sh), Signal(seq), Signal()
-    m.d.sync += [mv.eq(sv), mh.eq(sh), mj.eq(sj), mjl.eq(sjl), sc.eq(Array(scores)[sh] * c_r)]
+    scaled_score = Signal(signed(p.score_t_bits))
+    scaled_valid, scaled_head, scaled_pos, scaled_pos_last = Signal(), Signal.like(sh), Signal(seq), Signal()
+    m.d.sync += [scaled_valid.eq(sv), scaled_head.eq(sh), scaled_pos.eq(score_pos), scaled_pos_last.eq(score_pos_last), scaled_score.eq(Array(scores)[sh] * c_r)]
     t_val = Signal(signed(T.bits))
-    tv, th, tj, tjl = Signal(), Signal.like(sh), Signal(seq), Signal()
-    m.d.sync += [tv.eq(mv), th.eq(mh), tj.eq(mj), tjl.eq(mjl),
-                 t_val.eq(clamp(round_shift_const(sc, p.t_shift), T.lo, T.hi))]
+    t_valid, t_head, t_pos, t_pos_last = Signal(), Signal.like(sh), Signal(seq), Signal()
+    m.d.sync += [t_valid.eq(scaled_valid), t_head.eq(scaled_head), t_pos.eq(scaled_pos), t_pos_last.eq(scaled_pos_last),
+                 t_val.eq(clamp(round_shift_const(scaled_score, p.t_shift), T.lo, T.hi))]
     t_max = [Signal(signed(T.bits), name=f"t_max_{hd}") for hd in range(HM)]
-    head_max = Array(t_max)[th]
+    head_max = Array(t_max)[t_head]
     for hd, tb in enumerate(tbufs):
-        m.d.comb += [tb.w_en.eq(tv & (th == hd)), tb.w_addr.eq(tj), tb.w_data.eq(t_val)]
-        with m.If(tv & (th == hd)):
-            m.d.sync += t_max[hd].eq(Mux((tj == 0) | (t_val > head_max), t_val, head_max))
-    m.d.comb += score_done.eq(tv & tjl & (th == H - 1))
+        m.d.comb += [tb.w_en.eq(t_valid & (t_head == hd)), tb.w_addr.eq(t_pos), tb.w_data.eq(t_val)]
+        with m.If(t_valid & (t_head == hd)):
+            m.d.sync += t_max[hd].eq(Mux((t_pos == 0) | (t_val > head_max), t_val, head_max))
+    m.d.comb += score_done.eq(t_valid & t_pos_last & (t_head == H - 1))
     vars(ctx).update(t_max=t_max)
 
 
