@@ -29,15 +29,15 @@ from typing import Mapping, Sequence
 import cocotb
 
 from nano_k3.config import ModelConfig
-from verification.chip_tb import (OUT_ENV, REFS_ENV, RUNS_ENV, ChipTB, RunSpec, check_run, prepare, reference,
-                                  reference_path, runs_from_env, runs_to_env, save_reference, save_report)
+from verification.chip_tb import (OUT_ENV, RAND_RESET_PLUSARG, RAND_RESET_SUFFIX, REFS_ENV, RUNS_ENV, ChipTB, RunSpec,
+                                  check_run, prepare, reference, reference_path, runs_from_env, runs_to_env,
+                                  save_reference, save_report)
 
 TEST_MODULE = "verification.chip_run"
 # One build serves the normal and the random-initial-state runs: with --x-initial unique every flop
 # starts at zero unless +verilator+rand+reset+2 asks for random values (SPEC §3, §7).
 BUILD_ARGS = ("--x-initial", "unique", "--x-assign", "unique", "-Wno-fatal")
-RAND_RESET_PLUSARGS = ("+verilator+rand+reset+2", "+verilator+seed+7")
-RAND_RESET_SUFFIX = "-randreset"         # chip_tb.RunReport names a random-initial-state report this way
+RAND_RESET_SEED = 7                      # Verilator's seed for the random initial state unless a caller picks one
 SPEC_MAX_SEQ = 64                        # SPEC §10: lengths are clamped to 8..64
 SPEC_MIN_SEQ = 8
 SEED_LIMIT = 2 ** 31                     # fresh seeds are below this (any seed >= 0 is valid)
@@ -124,11 +124,12 @@ def run_chip_sim(name: str, sources: Sequence[Path], toplevel: str, runs: Sequen
                  test_module: str = TEST_MODULE, rand_reset: bool = False, rtl_dir: Path | None = None,
                  defines: Mapping[str, object] = {}, parameters: Mapping[str, object] = {},
                  plusargs: Sequence[str] = (), build_dir: Path | None = None, build_args: Sequence[str] = (),
-                 build: bool = True) -> ChipSimResult:
+                 build: bool = True, reset_seed: int = RAND_RESET_SEED) -> ChipSimResult:
     """Build ``sources`` into ``build_dir`` (default build/sim/<name>) and run ``runs`` (one cocotb test
     each of ``test_module``) there, normally or with every flop starting random (``rand_reset``).
     ``rtl_dir``: the emitted RTL folder, linked as ``rtl`` beside the simulator (its ROM files, SPEC §5);
-    ``build_args`` go to Verilator after ``BUILD_ARGS``; ``build=False`` runs the binary built before.
+    ``build_args`` go to Verilator after ``BUILD_ARGS``; ``build=False`` runs the binary built before;
+    ``reset_seed``: Verilator's seed for the random initial state (with ``rand_reset``).
     Never raises for failing checks: the reports say."""
     from verification.runner import SIM_ROOT, link_rtl, run_cocotb
 
@@ -149,7 +150,8 @@ def run_chip_sim(name: str, sources: Sequence[Path], toplevel: str, runs: Sequen
         save_reference(reference(run), reference_path(refs, run))
     res = run_cocotb(name, sources, toplevel, test_module, defines=defines, parameters=parameters,
                      build_args=[*BUILD_ARGS, *build_args],
-                     plusargs=[*plusargs, *(RAND_RESET_PLUSARGS if rand_reset else ())],
+                     plusargs=[*plusargs, *((f"+{RAND_RESET_PLUSARG}", f"+verilator+seed+{reset_seed}")
+                                            if rand_reset else ())],
                      extra_env={RUNS_ENV: runs_to_env(list(runs)), OUT_ENV: str(out), REFS_ENV: str(refs)},
                      check=False, build_dir=build_dir, build=build)
     suffix = RAND_RESET_SUFFIX if rand_reset else ""

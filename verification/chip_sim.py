@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from verification.chip_run import SEED_LIMIT, chip_sources, fresh_seed, run_chip_sim, run_length
+from verification.chip_run import RAND_RESET_SUFFIX, SEED_LIMIT, chip_sources, fresh_seed, run_chip_sim, run_length
 from verification.chip_tb import ARGMAX_GATE, DEFAULT_MAX_CYCLES, PUBLIC_SEED, RunSpec, compare_output_regions
 
 SIM_NAME = "make-sim-chip"
@@ -161,7 +161,7 @@ def _same_image(a: RunSpec, b: RunSpec) -> bool:
 def _rand_reset(normal, rr, short: RunSpec) -> dict:
     """The random-initial-state re-run's output region against the normal run's."""
     from nano_k3.image import plan_layout
-    name = short.name + "-randreset"
+    name = short.name + RAND_RESET_SUFFIX
     if name not in rr.outputs or short.name not in normal.outputs:
         return {"run": name, "passed": False, "message": "a run produced no output region to compare"}
     c = compare_output_regions(normal.outputs[short.name], rr.outputs[name],
@@ -214,7 +214,7 @@ def run_chip(rtl: Path, out: Path, cfg: dict, *, runs: list[RunSpec] | None = No
     lint_result = lint(sources, top)
     print(f"sim: lint {lint_result.errors} errors, {lint_result.warnings} warnings", flush=True)
     short = next((r for r in runs if r.profile == "short"), None) if rand_reset else None
-    names = [r.name for r in runs] + ([short.name + "-randreset"] if short else [])
+    names = [r.name for r in runs] + ([short.name + RAND_RESET_SUFFIX] if short else [])
     print(f"sim: {len(names)} runs under Verilator: {', '.join(names)}", flush=True)
     normal = _simulate(sim_name, sources, top, runs, rand_reset=False, rtl_dir=rtl, tag="sim", build_dir=build_dir)
     reports = [normal.reports.get(r.name) or _missing(r, normal.log) for r in runs]
@@ -224,7 +224,8 @@ def run_chip(rtl: Path, out: Path, cfg: dict, *, runs: list[RunSpec] | None = No
         print(f"sim: random initial state re-run of {short.name}", flush=True)
         rr = _simulate(sim_name, sources, top, [short], rand_reset=True, rtl_dir=rtl, tag="randreset",
                        build_dir=build_dir)
-        reports.append(rr.reports.get(short.name + "-randreset") or _missing(short, rr.log, short.name + "-randreset"))
+        rr_name = short.name + RAND_RESET_SUFFIX
+        reports.append(rr.reports.get(rr_name) or _missing(short, rr.log, rr_name))
         times.update(rr.times)
         rr_summary = _rand_reset(normal, rr, short)
     for r in reports:

@@ -49,6 +49,7 @@ RUNS_ENV = "NANO_K3_CHIP_RUNS"     # JSON list of RunSpec dicts, one cocotb test
 OUT_ENV = "NANO_K3_CHIP_OUT"       # folder for <run>.json reports and <run>.outputs.bin regions
 REFS_ENV = "NANO_K3_CHIP_REFS"     # optional folder of precomputed <run>.ref.npz references
 RAND_RESET_PLUSARG = "verilator+rand+reset+2"
+RAND_RESET_SUFFIX = "-randreset"        # a random-initial-state run's report is named <run><suffix>
 
 
 @dataclass(frozen=True)
@@ -459,7 +460,7 @@ class RunReport:
         t = self.run.timing
         p = self.precision
         return {
-            "name": self.run.name + ("-randreset" if self.rand_reset else ""),
+            "name": self.run.name + (RAND_RESET_SUFFIX if self.rand_reset else ""),
             "run": self.run.to_dict(), "profile": self.run.profile, "prompt_index": self.run.prompt_index,
             "timing": {"base": t.base, "jitter": t.jitter, "ready_drop": t.ready_drop},
             "rand_reset": self.rand_reset, "passed": self.passed,

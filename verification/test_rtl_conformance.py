@@ -105,7 +105,7 @@ def test_emitted_folder_works_as_rtl_for_an_outsider(tmp_path):
     from nano_k3.image import plan_layout
     from rtl_gen import emit
     from verification.runner import MODELS
-    from verification.test_chip import run_chip_sim
+    from verification.chip_run import RAND_RESET_SUFFIX, run_chip_sim
 
     emitted = emit("chip", tmp_path / f"chip-{CONFIG}", preset(CONFIG))
     work = tmp_path / "evaluator"
@@ -126,9 +126,9 @@ def test_emitted_folder_works_as_rtl_for_an_outsider(tmp_path):
 
     layout = plan_layout(RUN.model_config(), RUN.seq_len)
     for seed in RAND_SEEDS:
-        rr = run_chip_sim("conformance", models, emitted.top, [RUN], build=False,
-                          plusargs=("+verilator+rand+reset+2", f"+verilator+seed+{seed}"), **sim)
-        name = f"{RUN.name}-randreset"
+        rr = run_chip_sim("conformance", models, emitted.top, [RUN], build=False, rand_reset=True,
+                          reset_seed=seed, **sim)
+        name = RUN.name + RAND_RESET_SUFFIX
         assert name in rr.outputs, f"seed {seed}: no random-initial-state report; see {rr.log}"
         assert rr.passed, [c for c in rr.reports[name]["checks"] if not c["passed"]]
         same = compare_output_regions(normal.outputs[RUN.name], rr.outputs[name], layout, f"seed {seed} vs normal")
