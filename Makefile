@@ -8,11 +8,12 @@ STAMP   := .venv/.installed
 BUILD   := build
 BLOCK   ?= chip
 STA_JOBS ?=
+MACROS  ?=
 LOGS    := $(BUILD)/logs
 
 # Each step's command, written once: its target runs it, and `make demo` runs it through flow.runlog.
 RTL_CMD     = $(PY) -m rtl_gen --block $(BLOCK) --out $(BUILD)/rtl
-SIM_CMD     = $(PY) -m verification.sim --rtl $(BUILD)/rtl --out $(BUILD)/sim
+SIM_CMD     = $(PY) -m verification.sim --rtl $(BUILD)/rtl --out $(BUILD)/sim $(if $(MACROS),--macros $(MACROS))
 SYNTH_CMD   = $(PY) -m flow.synth --rtl $(BUILD)/rtl --out $(BUILD)/synth
 STA_CMD     = $(PY) -m flow.sta --synth $(BUILD)/synth --out $(BUILD)/sta $(if $(STA_JOBS),--jobs $(STA_JOBS))
 PLACE_CMD   = $(PY) -m flow.place --synth $(BUILD)/synth --out $(BUILD)/place
@@ -20,7 +21,7 @@ SIGNOFF_CMD = $(PY) -m flow.signoff --place $(BUILD)/place --synth $(BUILD)/synt
 REPORT_CMD  = $(PY) -m flow.report --build $(BUILD) --out $(BUILD)/report
 
 # Steps that need the PDK check it first, so a bad NANGATE45_PDK stops them before any work.
-.PHONY: setup pdk doctor rtl lint sim synth sta report demo test blocks place signoff pnr bench clean
+.PHONY: setup pdk doctor rtl lint sim synth sta report demo test blocks place signoff pnr bench gatesim clean
 
 setup: $(STAMP)
 
@@ -37,6 +38,7 @@ rtl: $(STAMP)
 lint: rtl
 	$(PY) -m verification.lint --rtl $(BUILD)/rtl
 
+# MACROS=physical simulates the chip with the storage macros place and route implements (verification/physical_macros.py).
 sim: rtl
 	$(SIM_CMD)
 
@@ -62,6 +64,11 @@ demo: pdk
 	  --step signoff "$(SIGNOFF_CMD)" --step report "$(REPORT_CMD)"
 	@echo; echo "make demo: summary"
 	@$(PY) -m flow.report --build $(BUILD) --out $(BUILD)/report --brief --runtime $(LOGS)/runtime.json
+
+# Gate-level simulation: $(BLOCK)'s synthesised netlist with Nangate45 cell models made from the liberty,
+# under the block's own cocotb testbench (verification/gatesim.py).
+gatesim: synth
+	$(PY) -m verification.gatesim --synth $(BUILD)/synth --block $(BLOCK) --out $(BUILD)/gatesim
 
 blocks: $(STAMP)
 	$(PY) -m flow.blocks --out $(BUILD)/blocks

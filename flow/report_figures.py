@@ -15,7 +15,7 @@ from flow.report_summary import (K3_TOKENS_PER_S, PORT_LIMIT_TOKENS_PER_S, READ_
                                  speed, timing)
 from flow.synth import SRAM_BUDGET_BITS, UM2_PER_MIBIT
 
-CHIP_SIM_COMMAND = "python -m verification.chip_sim --rtl {build}/rtl --out {build}/sim"
+CHIP_SIM_COMMAND = "python -m verification.sim --rtl {build}/rtl --out {build}/sim"   # what `make sim` runs
 MAX_BARS = 25                 # more rows than this: the smallest are summed into "(others)"
 COLORS = {"logic": "tab:blue", "msh_sram": "tab:orange", "msh_rom": "tab:olive"}
 
