@@ -16,6 +16,7 @@ SPEC §10 lengths: ``run_length`` stretches a public length the SPEC's way and s
 """
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import secrets
@@ -41,6 +42,10 @@ RAND_RESET_SEED = 7                      # Verilator's seed for the random initi
 SPEC_MAX_SEQ = 64                        # SPEC §10: lengths are clamped to 8..64
 SPEC_MIN_SEQ = 8
 SEED_LIMIT = 2 ** 31                     # fresh seeds are below this (any seed >= 0 is valid)
+# Logged as "RUN-BOUNDARY begin <run>" / "... end <run>" around each run, after the simulator's own output
+# ($display, buffered by the C library apart from Python's log) is flushed: what the simulator printed
+# during a run lies between its two markers in the log (verification/physical_macros.py scan_collisions).
+RUN_BOUNDARY = "RUN-BOUNDARY"
 
 
 def fresh_seed() -> int:
@@ -73,9 +78,22 @@ def _runs() -> list[RunSpec]:
     return runs_from_env(text) if text else [RunSpec(seq_len=16, profile="short")]
 
 
+def _run_boundary(dut, what: str, run: RunSpec) -> None:
+    ctypes.CDLL(None).fflush(None)
+    dut._log.info(f"{RUN_BOUNDARY} {what} {run.name}")
+
+
 @cocotb.test()
 @cocotb.parametrize(run=[cocotb.Param(r, name=r.name) for r in _runs()])
 async def chip_run(dut, run: RunSpec):
+    _run_boundary(dut, "begin", run)
+    try:
+        await _chip_run(dut, run)
+    finally:
+        _run_boundary(dut, "end", run)
+
+
+async def _chip_run(dut, run: RunSpec):
     t0 = time.monotonic()
     image, ref = prepare(run, Path(os.environ[REFS_ENV]) if os.environ.get(REFS_ENV) else None)
     dut._log.info(f"{run.name}: image and references ready in {time.monotonic() - t0:.1f} s")

@@ -1,7 +1,8 @@
 """`make sim` for the whole chip: the SPEC_NANO_KPU.md §10 variations of ``msh_chip_top`` and build/sim/summary.json.
 
-    python -m verification.sim --rtl build/rtl --out build/sim [--seed N]    # what `make sim` calls
+    python -m verification.sim --rtl build/rtl --out build/sim [--seed N] [--macros physical]  # `make sim`
     python -m verification.chip_sim --rtl build/rtl --out build/sim [--seed N] [--run G,S,PROFILE[,SEED]]
+                                    [--macros spec|physical]
 
 Every invocation draws a fresh random seed (printed; ``--seed N`` replays it) and runs ``PLAN`` in one
 simulator build: three seeds (SPEC §8's public seed, the fresh one, the fresh one + 1), each at both
@@ -17,6 +18,14 @@ cycles, cycles/token, tokens/s at 100 MHz, read/write beats, stall cycles, addre
 bit-exact verdict (first divergence if not), min cosine, argmax agreement, every check and the
 seconds it took; then the seeds, elasticity, the random-reset comparison, the pooled argmax
 agreement, lint counts and the overall verdict.
+
+``--macros`` picks the storage models: ``spec`` (default) the SPEC §5 models of verification/models/;
+``physical`` what place and route implements (verification/physical_macros.py: flow/orfs.py's fakeram45
+wrappers, flip-flop arrays and ROM case tables, built in ``<out>/make-sim-chip-physical``). With
+``physical`` every run also gets the check ``macro_collisions``: the wrappers drop a read issued in a cycle
+that writes the same msh_sram, so any such collision fails the run (the implemented chip would differ from
+the simulated one); the summary's ``macros`` holds the mapping and the collisions per storage instance.
+Lint always reads the chip with the SPEC models: the wrappers are the flow's, not the emitted RTL.
 """
 from __future__ import annotations
 
@@ -25,13 +34,19 @@ import re
 import sys
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 from verification.chip_run import RAND_RESET_SUFFIX, SEED_LIMIT, chip_sources, fresh_seed, run_chip_sim, run_length
 from verification.chip_tb import ARGMAX_GATE, DEFAULT_MAX_CYCLES, PUBLIC_SEED, RunSpec, compare_output_regions
+from verification.physical_macros import (OUTSIDE_RUNS, PhysicalMacroError, PhysicalMacros, collision_check,
+                                          physical_sources, scan_collisions)
 
 SIM_NAME = "make-sim-chip"
+# Storage models of a chip simulation: the SPEC §5 models, the physical macros (verification/physical_macros.py),
+# or none (the file list defines msh_sram / msh_rom itself, e.g. a hand-written fixture).
+MACRO_MODELS = ("spec", "physical", "none")
 PROGRESS = re.compile(r"(PROGRESS|CHECK \S+ FAIL|RUN accepted|image and references|simulated \d+ cycles)")
 LONG_LEN, SHORT_LEN = 48, 16            # SPEC §8's public lengths: the long run and the short run
 
@@ -56,6 +71,11 @@ PLAN = (
     Planned("fresh+1", 128, LONG_LEN, 0.5, "long"),     # stretched below the public length (24)
     Planned("fresh+1", 64, SHORT_LEN, 1.0, "short"),
 )
+
+
+def sim_name(macros: str) -> str:
+    """The simulator build folder under ``--out``: one per storage model, so neither rebuilds the other's."""
+    return SIM_NAME if macros == "spec" else f"{SIM_NAME}-{macros}"
 
 
 def seeds(fresh: int) -> dict[str, int]:
@@ -150,6 +170,11 @@ def print_table(summary: dict) -> None:
     if summary.get("throughput"):
         t = summary["throughput"]
         print(f"throughput ({t['run']}): {t['cycles_per_token']:.1f} cycles/token = {t['tokens_per_s']:.0f} tokens/s at 100 MHz")
+    mac = summary["macros"]
+    if mac["kind"] == "physical":
+        hits = ", ".join(f"{p} {n}" for p, n in mac["collisions"].items()) or "none"
+        print(f"physical macros ({', '.join(mac['fakerams'])}): {mac['collisions_total']} read/write collisions: "
+              f"{hits}")
     print(f"seeds {summary['seeds']}; replay: {summary['replay']}")
 
 
@@ -192,14 +217,45 @@ def _throughput(runs: list[RunSpec], by_name: dict) -> dict | None:
     return None
 
 
+def _storage_sources(rtl: Path, cfg: dict, macros: str, build_dir: Path):
+    """(lint sources, simulation sources, PhysicalMacros or None) for the storage models ``macros``."""
+    from rtl_gen import read_filelist
+    if macros not in MACRO_MODELS:
+        raise ValueError(f"macros must be one of {MACRO_MODELS}, got {macros!r}")
+    listed = read_filelist(rtl / cfg["files"]["filelist"])
+    spec = listed if macros == "none" else chip_sources(listed)
+    if macros != "physical":
+        return spec, spec, None
+    phys = physical_sources(rtl, build_dir / "physical")
+    print(f"sim: physical macros: {len(phys.storage.mappings)} storage instances, fakeram45 "
+          f"{', '.join(phys.storage.fakerams) or 'none'} ({build_dir / 'physical'})", flush=True)
+    return spec, list(phys.sources), phys
+
+
+def _collisions(phys: PhysicalMacros, log: Path, into: dict[str, Counter], suffix: str = "") -> None:
+    """Add the collisions of a simulation log to ``into`` (report name -> instance -> count; report names are
+    the markers' run names + ``suffix``)."""
+    text = log.read_text(errors="replace") if log.exists() else ""
+    for name, counts in scan_collisions(text, phys.chip.top).items():
+        into.setdefault(name if name == OUTSIDE_RUNS else name + suffix, Counter()).update(counts)
+
+
+def _macros_summary(macros: str, phys: PhysicalMacros | None, collisions: dict[str, Counter]) -> dict:
+    if phys is None:
+        return {"kind": macros}
+    per_instance = sum(collisions.values(), Counter())
+    return {"kind": macros, **phys.as_dict(), "collisions": dict(sorted(per_instance.items())),
+            "collisions_by_run": {r: dict(sorted(c.items())) for r, c in collisions.items()},
+            "collisions_total": sum(per_instance.values())}
+
+
 def run_chip(rtl: Path, out: Path, cfg: dict, *, runs: list[RunSpec] | None = None, seed: int | None = None,
-             rand_reset: bool = True, sim_name: str = SIM_NAME, macro_models: bool = True) -> dict:
+             rand_reset: bool = True, sim_name: str = SIM_NAME, macros: str = "spec") -> dict:
     """Lint and simulate the emitted chip in ``rtl`` (its config.json is ``cfg``); return the summary.
 
     ``runs`` default to ``default_runs`` with fresh seed ``seed`` (a new one when None); the simulator
-    is built in ``out/<sim_name>``. ``macro_models`` adds the project's msh_sram / msh_rom simulation
-    models to the chip's file list (SPEC §1: the list names every file except those two macros)."""
-    from rtl_gen import read_filelist
+    is built in ``out/<sim_name>``. ``macros`` (``MACRO_MODELS``) picks the msh_sram / msh_rom models added
+    to the chip's file list (SPEC §1: the list names every file except those two macros)."""
     from verification.lint import MAX_WARNINGS, passes
     from verification.runner import lint
 
@@ -207,16 +263,18 @@ def run_chip(rtl: Path, out: Path, cfg: dict, *, runs: list[RunSpec] | None = No
     seed = fresh_seed() if seed is None else seed
     runs = runs or default_runs(preset_of(cfg), seed)
     top, build_dir = cfg["top"], out / sim_name
-    listed = read_filelist(rtl / cfg["files"]["filelist"])
-    sources = chip_sources(listed) if macro_models else listed
+    lint_sources, sources, phys = _storage_sources(rtl, cfg, macros, build_dir)
     print(f"sim: seed {seed} (replay with --seed {seed}); run seeds {sorted({r.seed for r in runs})}", flush=True)
-    print(f"sim: linting {top} ({len(sources)} files)", flush=True)
-    lint_result = lint(sources, top)
+    print(f"sim: linting {top} ({len(lint_sources)} files)", flush=True)
+    lint_result = lint(lint_sources, top)
     print(f"sim: lint {lint_result.errors} errors, {lint_result.warnings} warnings", flush=True)
     short = next((r for r in runs if r.profile == "short"), None) if rand_reset else None
     names = [r.name for r in runs] + ([short.name + RAND_RESET_SUFFIX] if short else [])
     print(f"sim: {len(names)} runs under Verilator: {', '.join(names)}", flush=True)
     normal = _simulate(sim_name, sources, top, runs, rand_reset=False, rtl_dir=rtl, tag="sim", build_dir=build_dir)
+    collisions: dict[str, Counter] = {}
+    if phys:
+        _collisions(phys, normal.log, collisions)          # before the re-run writes its log there
     reports = [normal.reports.get(r.name) or _missing(r, normal.log) for r in runs]
     times = dict(normal.times)
     rr_summary = None
@@ -225,11 +283,18 @@ def run_chip(rtl: Path, out: Path, cfg: dict, *, runs: list[RunSpec] | None = No
         rr = _simulate(sim_name, sources, top, [short], rand_reset=True, rtl_dir=rtl, tag="randreset",
                        build_dir=build_dir)
         rr_name = short.name + RAND_RESET_SUFFIX
+        if phys:
+            _collisions(phys, rr.log, collisions, RAND_RESET_SUFFIX)
         reports.append(rr.reports.get(rr_name) or _missing(short, rr.log, rr_name))
         times.update(rr.times)
         rr_summary = _rand_reset(normal, rr, short)
     for r in reports:
         r["seed"], r["time_s"] = r["run"]["seed"], times.get(r["name"])
+        if phys:               # a collision fails the run: the implemented chip differs from the simulated one
+            check = collision_check(collisions.get(r["name"], {}))
+            r["checks"].append(check)
+            r["passed"] = r["passed"] and check["passed"]
+    macros_summary = _macros_summary(macros, phys, collisions)
 
     by_name = {r["name"]: r for r in reports}
     pooled = [by_name[r.name] for r in runs if r.profile in ("long", "short")]
@@ -240,7 +305,8 @@ def run_chip(rtl: Path, out: Path, cfg: dict, *, runs: list[RunSpec] | None = No
           "passed": bool(rows) and correct / rows >= ARGMAX_GATE}
     lint_ok = passes(lint_result)
     passed = (all(r["passed"] for r in reports) and (rr_summary is None or rr_summary["passed"])
-              and ag["passed"] and lint_ok)
+              and ag["passed"] and lint_ok and not macros_summary.get("collisions_total"))
+    replay = f"python -m verification.sim --rtl {rtl} --out {out}" + (" --macros physical" if phys else "")
     summary = {
         "schema": 2, "block": cfg["block"], "top": top, "params_hash": cfg.get("params_hash"),
         "verdict": "pass" if passed else "fail",
@@ -248,13 +314,13 @@ def run_chip(rtl: Path, out: Path, cfg: dict, *, runs: list[RunSpec] | None = No
         "details": [{"name": r["name"], "passed": r["passed"], "seed": r["seed"], "time_s": r["time_s"]}
                     for r in reports],
         "runs": reports, "throughput": _throughput(runs, by_name), "elasticity": _elasticity(runs, by_name),
-        "rand_reset": rr_summary, "argmax_agreement_pooled": ag,
+        "rand_reset": rr_summary, "argmax_agreement_pooled": ag, "macros": macros_summary,
         "lint": {"errors": lint_result.errors, "warnings": lint_result.warnings, "max_warnings": MAX_WARNINGS,
                  "by_rule": lint_result.by_rule},
         "seed": seed, "seeds": sorted({r.seed for r in runs}),
-        "replay": f"python -m verification.sim --rtl {rtl} --out {out} --seed {seed}",
+        "replay": f"{replay} --seed {seed}",
         "build_s": round(normal.build_s, 1), "runtime_s": round(time.monotonic() - t0, 1), "log": str(normal.log),
-        "command": f"python -m verification.sim --rtl {rtl} --out {out}",
+        "command": replay,
     }
     print_table(summary)
     return summary
@@ -291,6 +357,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--run", action="append", default=[], metavar="GROUP,SEQ_LEN,PROFILE[,SEED]",
                     help="a run instead of the default set (repeatable), e.g. 128,48,long")
     ap.add_argument("--no-rand-reset", action="store_true", help="skip the random-initial-state re-run")
+    ap.add_argument("--macros", choices=MACRO_MODELS[:2], default="spec",
+                    help="storage models: the SPEC models (default) or the physical macros of place and route")
     args = ap.parse_args(argv)
     cfg_path = args.rtl / "config.json"
     if not cfg_path.exists():
@@ -304,7 +372,12 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         ap.error(str(e))
     (args.out / "summary.json").unlink(missing_ok=True)
-    summary = run_chip(args.rtl, args.out, cfg, runs=runs, seed=seed, rand_reset=not args.no_rand_reset)
+    try:
+        summary = run_chip(args.rtl, args.out, cfg, runs=runs, seed=seed, rand_reset=not args.no_rand_reset,
+                           sim_name=sim_name(args.macros), macros=args.macros)
+    except PhysicalMacroError as e:
+        print(f"sim: cannot simulate with the physical macros: {e}", file=sys.stderr)
+        return 1
     path = write_summary(summary, args.out)
     print(f"sim: {summary['top']}: {summary['verdict'].upper()}; summary {path}")
     return 0 if summary["verdict"] == "pass" else 1

@@ -1,11 +1,12 @@
 """`make sim`: run the design emitted by `make rtl` under cocotb + Verilator and write a summary.
 
-    python -m verification.sim --rtl build/rtl --out build/sim
+    python -m verification.sim --rtl build/rtl --out build/sim [--macros physical]
 
 Reads ``config.json`` of the RTL folder to know which design it is, lints it, runs its cocotb
 tests (RTL against the fixed-point reference) with a fresh random seed (printed; ``--seed N`` replays
 it), and writes ``summary.json`` atomically: the verdict, test counts, lint counts, seed and runtime.
-The whole chip has its own run set (verification/chip_sim.py: SPEC §10's variations over three seeds).
+The whole chip has its own run set (verification/chip_sim.py: SPEC §10's variations over three seeds);
+``--macros physical`` (chip only) simulates it with the storage macros place and route implements.
 Exits non-zero when anything failed.
 """
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 from rtl_gen import read_config, read_filelist
 
 from .chip_run import fresh_seed
+from .physical_macros import PhysicalMacroError
 from .runner import SimFailure, lint, run_cocotb
 
 
@@ -49,15 +51,18 @@ def _test_details(results_xml: Path) -> list[dict]:
     return out
 
 
-def run(rtl: Path, out: Path, seed: int) -> dict:
+def run(rtl: Path, out: Path, seed: int, macros: str = "spec") -> dict:
     cfg_path = rtl / "config.json"
     if not cfg_path.exists():
         raise SystemExit(f"sim: {cfg_path} not found; run `make rtl` first")
     cfg, _ = read_config(cfg_path)
     block = cfg["block"]
     if block == "chip":         # the whole chip has its own runs, metrics and table (SPEC runs; chip_sim.py)
-        from .chip_sim import run_chip
-        return run_chip(rtl, out, cfg, seed=seed)
+        from .chip_sim import run_chip, sim_name
+        return run_chip(rtl, out, cfg, seed=seed, sim_name=sim_name(macros), macros=macros)
+    if macros != "spec":
+        raise SystemExit(f"sim: --macros {macros} is for the whole chip (block 'chip'); "
+                         f"{rtl} holds block {block!r}")
     if block not in SIMS:
         raise SystemExit(f"sim: no simulation registered for block {block!r}; known: {', '.join(sorted(SIMS))}")
     spec = SIMS[block]
@@ -95,13 +100,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rtl", type=Path, default=Path("build/rtl"))
     ap.add_argument("--out", type=Path, default=Path("build/sim"))
     ap.add_argument("--seed", type=int, default=None, help="replay this seed (default: a fresh random one)")
+    ap.add_argument("--macros", choices=("spec", "physical"), default="spec",
+                    help="chip storage models: the SPEC models (default) or what place and route implements")
     args = ap.parse_args(argv)
     stale = args.out / "summary.json"
     stale.unlink(missing_ok=True)          # never leave an old verdict next to a failed run
     try:
-        summary = run(args.rtl, args.out, fresh_seed() if args.seed is None else args.seed)
+        summary = run(args.rtl, args.out, fresh_seed() if args.seed is None else args.seed, args.macros)
     except SimFailure as e:
         print(f"sim: FAILED to build or run: {e}", file=sys.stderr)
+        return 1
+    except PhysicalMacroError as e:
+        print(f"sim: cannot simulate with the physical macros: {e}", file=sys.stderr)
         return 1
     path = write_summary(summary, args.out)
     for t in summary["details"]:

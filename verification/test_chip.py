@@ -99,7 +99,7 @@ def test_chip_sim_summary_on_fixture(tmp_path):
     (rtl / "protocol_fixture.f").write_text(f"{FIXTURE}\n")
     cfg = {"block": "chip", "top": FIXTURE_TOP, "files": {"filelist": "protocol_fixture.f"}}
     runs = fixture_runs(profiles=("long", "short", "elastic"))
-    summary = run_chip(rtl, tmp_path, cfg, runs=runs, seed=7, sim_name="chip-fixture", macro_models=False)
+    summary = run_chip(rtl, tmp_path, cfg, runs=runs, seed=7, sim_name="chip-fixture", macros="none")
     d = json.loads(write_summary(summary, tmp_path).read_text())
     assert d["verdict"] == "pass", [r["checks"] for r in d["runs"] if not r["passed"]]
     names = ["tiny-g64-s16-long", "tiny-g64-s16-short", "tiny-g64-s16-elastic", "tiny-g64-s16-short-randreset"]
