@@ -48,6 +48,15 @@ class ResizeResult:
     passes: list[dict] = field(default_factory=list)
     stop: str = ""
 
+    def merge(self, later: "ResizeResult") -> None:
+        """Adds a later sizing run of the same session (its passes numbered on from these)."""
+        for inst, cell in later.replaced.items():
+            self.original.setdefault(inst, later.original[inst])
+            self.replaced[inst] = cell
+        base = self.passes[-1]["pass"] if self.passes else 0
+        self.passes += [{**p, "pass": base + p["pass"]} for p in later.passes[1:]]
+        self.stop = later.stop
+
     def as_dict(self, areas: dict[str, float]) -> dict:
         grown = sum(areas.get(self.replaced[i], 0.0) - areas.get(self.original[i], 0.0) for i in self.replaced)
         return {"cells_resized": len(self.replaced), "area_change_um2": round(grown, 3), "passes": self.passes,

@@ -8,9 +8,11 @@ Continues from ``make place`` (its ``placed.pickle``: the flat netlist, the plac
 1. sizing (flow/resize.py): one OpenSTA process at the slow corner, with the placed wires' SPEF and the
    sign-off clock uncertainty, sizes up the drivers on the violating paths until the worst slack is met,
    stops improving or ``--budget`` seconds are used;
-2. hold (flow/hold.py): a second OpenSTA process at the fast corner takes the same sizes and puts delay
-   buffers in front of the data pins whose hold check fails;
-3. the sized cells and the hold buffers go into the netlist; the placement is re-legalised row by row
+   then, where sizing stops, load isolation (flow/rebuffer.py): a critical stage keeps its critical sink and
+   hands its other sinks to a new buffer, and sizing runs again;
+2. hold (flow/hold.py): a second OpenSTA process at the fast corner takes the same buffers and sizes and
+   puts delay buffers in front of the data pins whose hold check fails;
+3. the sized cells and the new buffers go into the netlist; the placement is re-legalised row by row
    (flow/relegalize.py: stronger cells are wider, a buffer starts at its sink); netlist, DEF and SPEF are
    written again from the new positions;
 4. sign-off STA (flow/sta.py) at slow, typical and fast with that SPEF and a clock uncertainty of
@@ -33,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from flow import design_rules, hold, rudy
+from flow import design_rules, hold, rebuffer, rudy
 from flow.cli import publish, report_stage
 from flow.macro_map import MacroMapError, storage_lib
 from flow.parasitics import RcModel
@@ -42,7 +44,7 @@ from flow.place_flat import pin_xy
 from flow.place_netlist import PlaceError, build_design, inst_path, net_names, progress
 from flow.relegalize import relegalize
 from flow.repair import input_caps, write_verilog
-from flow.resize import resize, size_ladders, swap
+from flow.resize import measure, resize, size_ladders, swap
 from flow.sta import StaError, constraints_tcl, run_sta
 from flow.sta_session import StaSession, StaSessionError
 from flow.synth import liberty_areas
@@ -72,29 +74,52 @@ def _session(stage: Path, corner: str, liberty: Path, netlist: Path, spef: Path,
 
 
 def _repair(pdk, cache: Path, placed: dict, place_dir: Path, module: dict, top: str, clock: str, period_ns: float,
-            budget_s: float, stage: Path):
-    """Sizing at the slow corner, then hold buffers at the fast corner on the sized netlist."""
+            budget_s: float, stage: Path, rb_geometry: tuple):
+    """Sizing at the slow corner, load isolation on the paths sizing leaves failing, sizing again; then hold
+    buffers at the fast corner on that netlist. ``rb_geometry``: (cell centre um, cell type, input pin caps,
+    wire fF per um) for flow/rebuffer.py."""
     netlist = (place_dir / placed["files"]["netlist"]).resolve()
     spef = (place_dir / placed["files"]["spef"]).resolve()
     slow = pdk.plain_liberty(SIZING_CORNER, cache).resolve()
+    ladders = size_ladders(list(liberty_areas(slow)))
+    taken = set(module["cells"])
+    t0 = time.monotonic()
     with _session(stage, SIZING_CORNER, slow, netlist, spef, top, clock, period_ns) as sta:
-        sized = resize(sta, size_ladders(list(liberty_areas(slow))), 0.0, budget_s, progress)
+        sized = resize(sta, ladders, 0.0, budget_s, progress)
+        wns, tns = measure(sta)
+        rb = rebuffer.Rebuffer(sta, *rb_geometry, taken)
+        moved, wns, tns = rebuffer.rebuffer(rb, lambda: measure(sta), wns, tns, 0.0, progress)
+        if moved.moves and wns < 0:
+            again = resize(sta, ladders, 0.0, max(0.0, budget_s - (time.monotonic() - t0)), progress)
+            sized.merge(again)
     with _session(stage, HOLD_CORNER, pdk.plain_liberty(HOLD_CORNER, cache).resolve(), netlist, spef, top, clock,
                   period_ns) as sta:
+        rebuffer.replay(sta, moved)
         swap(sta, sized.replaced)
-        held = hold.fix_hold(sta, set(module["cells"]), progress)
-    return sized, held
+        held = hold.fix_hold(sta, taken, progress)
+    return sized, moved, held
 
 
-def _rebuild(module: dict, top: str, lef, sizes, d, fp, xs, ys, orient, held: hold.HoldResult):
+def _rebuild(module: dict, top: str, lef, sizes, d, fp, xs, ys, orient, held: hold.HoldResult,
+             moved: rebuffer.RebufferResult):
     """The placement objects of the repaired netlist, with the placed positions; a hold buffer starts at
-    its sink's place (flow/relegalize.py finds it a site). The macros' floorplan positions are re-keyed."""
+    its sink's place, a load-isolation buffer at the centre of its sinks (flow/relegalize.py finds each a
+    site, in the region of the cell nearest to it). The macros' floorplan positions are re-keyed."""
     new = build_design(module, top, lef, sizes)
     at = {name: k for k, name in enumerate(d.comp_name)}
     sink_of = {buf: inst for buf, inst, _ in held.inserted}
+    near = {m.buffer: (m.moved[0].rsplit("/", 1)[0], m.xy) for m in moved.moves}
     nxs, nys, nor, groups = [], [], [], []
     for i, name in enumerate(new.comp_name):
         k = at.get(name)
+        if name in near:
+            inst, (cx, cy) = near[name]
+            k = at[inst]
+            nxs.append(round(cx * lef.dbu - new.comp_w[i] / 2))
+            nys.append(round(cy * lef.dbu - new.comp_h[i] / 2))
+            nor.append(orient[k])
+            groups.append(d.comp_group[k])
+            continue
         if k is None:
             src = sink_of[name]
             while src in sink_of:                    # a chain: the buffer next to the flip-flop first
@@ -145,18 +170,25 @@ def signoff(place_dir: Path, synth: Path, out: Path, period_ns: float = 10.0, cl
     timing = {}
 
     t = time.monotonic()
+    typical = pdk.plain_liberty("typical", cache).read_text()
+    caps = input_caps(typical)
+    cell_xy = {name: ((xs[i] + d.comp_w[i] / 2) / dbu, (ys[i] + d.comp_h[i] / 2) / dbu)
+               for i, name in enumerate(d.comp_name)}
+    geometry = (cell_xy, dict(zip(d.comp_name, d.comp_master)), caps, (rc.c_h + rc.c_v) / 2)
     try:
-        sized, held = _repair(pdk, cache, placed, place_dir, module, top, clock, period_ns, budget_s, stage)
+        sized, moved, held = _repair(pdk, cache, placed, place_dir, module, top, clock, period_ns, budget_s, stage,
+                                     geometry)
     except (StaSessionError, ToolError) as e:
         raise SignoffError(f"timing repair: {e}") from None
     timing["repair_s"] = time.monotonic() - t
 
     t = time.monotonic()
     key_of = dict(zip(d.comp_name, d.comp_key))
+    rebuffer.apply(module, moved, key_of)
     for inst, cell in sized.replaced.items():
         module["cells"][key_of[inst]]["type"] = cell
     hold.apply(module, held, key_of)
-    d, xs, ys, orient = _rebuild(module, top, lef, sizes, d, fp, xs, ys, orient, held)
+    d, xs, ys, orient = _rebuild(module, top, lef, sizes, d, fp, xs, ys, orient, held, moved)
     try:
         legal = relegalize(d, fp, xs, ys, orient)
     except PlaceError as e:
@@ -182,25 +214,25 @@ def signoff(place_dir: Path, synth: Path, out: Path, period_ns: float = 10.0, cl
     timing["sta_s"] = time.monotonic() - t
 
     t = time.monotonic()
-    typical = pdk.plain_liberty("typical", cache).read_text()
     slow = pdk.plain_liberty(SIZING_CORNER, cache)
     clock_nets = {clock}
-    rules = design_rules.check(d, fp, xs, ys, orient, input_caps(typical), design_rules.output_limits(slow.read_text()),
+    rules = design_rules.check(d, fp, xs, ys, orient, caps, design_rules.output_limits(slow.read_text()),
                                rc, dbu, clock_nets)
     macros = [(x / dbu, y / dbu, (x + d.comp_w[i]) / dbu, (y + d.comp_h[i]) / dbu) for i, (x, y) in fp.macro_xy.items()]
     demand = rudy.rudy(_net_boxes(d, fp, xs, ys, orient, dbu), (fp.die[2] / dbu, fp.die[3] / dbu), macros, lef)
     rudy.draw(demand, stage / "rudy.png", f"{top}: routing demand after sign-off placement")
     timing["checks_s"] = time.monotonic() - t
 
-    result = _result(top, placed, sized, held, liberty_areas(slow), legal, dbu, wires, sta, rules, demand, timing,
-                     period_ns, t_start)
+    result = _result(top, placed, sized, moved, held, liberty_areas(slow), legal, dbu, wires, sta, rules, demand,
+                     timing, period_ns, t_start)
     (stage / "signoff.json").write_text(json.dumps(result, indent=1) + "\n")
     (stage / "signoff.txt").write_text(summary_text(result))
     publish(stage, out)
     return result
 
 
-def _result(top, placed, sized, held, areas, legal, dbu, wires, sta, rules, demand, timing, period_ns, t_start) -> dict:
+def _result(top, placed, sized, moved, held, areas, legal, dbu, wires, sta, rules, demand, timing, period_ns,
+            t_start) -> dict:
     corners = {c: {k: v[k] for k in ("wns_ns", "tns_ns", "worst_hold_slack_ns", "min_period_ns",
                                      "max_transition_violations")} | {"worst_path": (v["paths"] or [None])[0],
                                                                       "worst_hold_path": v["worst_hold_path"]}
@@ -213,6 +245,7 @@ def _result(top, placed, sized, held, areas, legal, dbu, wires, sta, rules, dema
     clean = not (slew or r["max_capacitance_violations"] or r["max_fanout_violations"])
     sizing = sized.as_dict(areas)
     holding = held.as_dict(areas)
+    isolating = moved.as_dict(areas)
     return {
         "schema": "nano-k3/signoff/1",
         "top": top,
@@ -226,10 +259,11 @@ def _result(top, placed, sized, held, areas, legal, dbu, wires, sta, rules, dema
         "electrical_clean": clean,
         "corners": corners,
         "sizing": sizing,
+        "load_isolation": isolating,
         "hold_repair": holding,
         "relegalize": {"cells_moved": legal["cells_moved"], "total_move_um": round(legal["total_move_dbu"] / dbu, 1)},
         "std_cell_area_um2": round(placed["std_cell_area_um2"] + sizing["area_change_um2"]
-                                   + holding["area_added_um2"], 3),
+                                   + isolating["area_added_um2"] + holding["area_added_um2"], 3),
         "std_cell_area_before_um2": placed["std_cell_area_um2"],
         "hpwl_um": round(wires["hpwl_um"], 1),
         "design_rules": r,
@@ -242,6 +276,7 @@ def _result(top, placed, sized, held, areas, legal, dbu, wires, sta, rules, dema
                     **{f"signoff__timing__hold__ws__{c}": v["worst_hold_slack_ns"] for c, v in corners.items()},
                     "signoff__design__instance__resized": sizing["cells_resized"],
                     "signoff__design__instance__hold_buffers": holding["buffers_added"],
+                    "signoff__design__instance__isolation_buffers": isolating["buffers_added"],
                     "signoff__route__demand__peak": demand.as_dict()["peak_demand_over_capacity"]},
     }
 
@@ -259,6 +294,8 @@ def summary_text(r: dict) -> str:
         f"{'met' if r['hold_met_fast'] else 'VIOLATED'}, design rules {'clean' if r['electrical_clean'] else 'VIOLATED'}",
         f"  sizing         {s['cells_resized']:,} cells up-sized in {len(s['passes']) - 1} passes, "
         f"{s['area_change_um2']:+,.1f} um2; stopped: {s['stopped']}",
+        f"  load isolation {r['load_isolation']['buffers_added']:,} buffers take "
+        f"{r['load_isolation']['sinks_moved']:,} sinks off critical stages, {r['load_isolation']['area_added_um2']:+,.1f} um2",
         f"  hold repair    {r['hold_repair']['buffers_added']:,} x {r['hold_repair']['buffer']} on "
         f"{r['hold_repair']['endpoints']:,} endpoints, {r['hold_repair']['area_added_um2']:+,.1f} um2",
         f"  re-legalised   {r['relegalize']['cells_moved']:,} cells moved ({r['relegalize']['total_move_um']:,.0f} um)",

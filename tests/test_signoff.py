@@ -1,12 +1,13 @@
 """flow.signoff on the small region design: sizing, hold repair, re-legalisation, sign-off STA, design rules,
 routing demand; and the pieces it is made of."""
 import json
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from flow import hold, rudy
+from flow import hold, rebuffer, rudy
 from flow.design_rules import output_limits
 from flow.lefdef import DefRow, Layer, Lef
 from flow.place import place
@@ -16,6 +17,7 @@ from flow.relegalize import relegalize
 from flow.resize import LOAD_PER_DRIVE_FF, bigger, parse_stages, size_ladders
 from flow.signoff import HOLD_UNCERTAINTY_NS, SETUP_UNCERTAINTY_NS, signoff
 from flow.synth import synthesize
+from pdk_config import find_pdk
 
 DATA = Path(__file__).parent / "data"
 
@@ -168,3 +170,59 @@ def test_boundaries_flags_logic_on_either_side_of_a_crossing():
     assert (pair["from"], pair["to"], pair["nets"]) == ("a", "b", 3)
     assert (pair["logic_out"], pair["logic_in"], r["unregistered"]) == (1, 1, 2)
     assert sorted(pair["examples"]) == ["n2", "n3"]
+
+
+ISOLATION_REPORT = """\
+Startpoint: core/mla/_608_ (rising edge-triggered flip-flop clocked by clk)
+Endpoint: core/mla/_674_ (rising edge-triggered flip-flop clocked by clk)
+Path Group: clk
+Path Type: max
+
+      Cap     Delay      Time   Description
+----------------------------------------------------------------------
+             0.0000    0.0000 ^ core/mla/_608_/CK (DFF_X2)
+   8.8259    0.1959    0.1959 ^ core/mla/_608_/Q (DFF_X2)
+             0.0001    0.1960 ^ core/mla/_703_/A (XOR2_X2)
+  68.9070    0.8536    1.0496 ^ core/mla/_703_/Z (XOR2_X2)
+             0.0002    1.0498 ^ core/mla/_704_/B2 (AOI21_X4)
+  66.5177    0.2216    1.2714 v core/mla/_704_/ZN (AOI21_X4)
+             0.0001    1.2715 v core/mla/_674_/D (DFF_X1)
+"""
+
+
+def test_rebuffer_candidates_are_slow_heavy_stages_with_their_critical_sink():
+    (c,) = rebuffer.candidates(ISOLATION_REPORT)       # the DFF is light, the AOI fast: only the XOR qualifies
+    assert (c.driver, c.critical, c.load_ff, c.delay_ns) == ("core/mla/_703_/Z", "core/mla/_704_/B2", 68.907, 0.8536)
+    assert rebuffer._pin("core/u/ram/wdata[15]") == "{core\\/u\\/ram/wdata\\[15\\]}"
+
+
+def test_rebuffer_apply_moves_the_sinks_onto_the_new_buffer():
+    module = {"cells": {"x": {"type": "XOR2_X2", "connections": {"A": [3], "B": [4], "Z": [7]}},
+                        "a": {"type": "AOI21_X4", "connections": {"B2": [7], "A": [5], "ZN": [8]}},
+                        "n": {"type": "NAND2_X1", "connections": {"A1": [7], "A2": [5], "ZN": [9]}}},
+              "netnames": {}}
+    move = rebuffer.Move("u/x/Z", "rebuf_0", "BUF_X4", "rebuf_net_0", ["u/n/A1"], (1.0, 2.0))
+    rebuffer.apply(module, rebuffer.RebufferResult(moves=[move]), {"u/x": "x", "u/a": "a", "u/n": "n"})
+    buf = module["cells"]["rebuf_0"]
+    assert buf["type"] == "BUF_X4" and buf["connections"]["A"] == [7]
+    assert module["cells"]["n"]["connections"]["A1"] == buf["connections"]["Z"] != [7]
+    assert module["cells"]["a"]["connections"]["B2"] == [7]                     # the critical sink stays
+    with pytest.raises(ValueError, match="not on rebuf_1's input net"):
+        rebuffer.apply(module, rebuffer.RebufferResult(moves=[rebuffer.Move("u/x/Z", "rebuf_1", "BUF_X1",
+                       "rebuf_net_1", ["u/a/A"], (0.0, 0.0))]), {"u/x": "x", "u/a": "a", "u/n": "n"})
+
+
+def test_load_isolation_at_a_tight_clock_keeps_the_logic(placed, tmp_path):
+    """At 2.6 ns sizing stops short on regions_small; load isolation adds buffers (measured: 10, slow WNS
+    -0.968 -> -0.889 ns against sizing alone), and the signed-off netlist is still the synthesised logic
+    (Yosys equivalence, as for flow/repair.py's trees)."""
+    from test_repair import equivalent           # tests/ is on sys.path (no package)
+    r = signoff(placed / "place", placed / "synth", placed / "signoff-isolate", period_ns=2.6)
+    iso = r["load_isolation"]
+    assert iso["buffers_added"] > 0 and iso["sinks_moved"] >= iso["buffers_added"]
+    assert iso["area_added_um2"] > 0 and any(k["kept"] for k in iso["rounds"] if "kept" in k)
+    netlist = placed / "signoff-isolate" / r["files"]["netlist"]
+    assert len(re.findall(r"^\s*BUF_X\d+ rebuf_\d+ \(", netlist.read_text(), re.M)) == iso["buffers_added"]
+    liberty = find_pdk().plain_liberty("typical", placed / "pdk_cache")
+    ok, log = equivalent(tmp_path, liberty, placed / "synth" / "regions_small.sta.v", netlist, "regions_small")
+    assert ok, log
