@@ -5,7 +5,8 @@ Sizing (flow/resize.py) stops where a stage's cell has no stronger size, or wher
 the stage before it more than it helps: an ``XOR2_X2`` driving 70 fF of wire and pins takes about a
 nanosecond at the slow corner. Here such a stage keeps only its critical sink (the next pin of the path)
 and hands every other sink to a new buffer placed at those sinks' centre, so the critical stage drives
-one sink and one buffer input. Per round:
+one sink and one buffer input; when the critical sink itself is far (``DRIVE_BUFFER_UM``) or alone, every
+sink goes behind a buffer next to the driver, which then drives the wire. Per round:
 
 1. the worst path to each of ``PATHS_PER_ROUND`` violating endpoints (``report_checks -fields
    {capacitance input_pins}``); a stage qualifies when it takes ``MIN_DELAY_NS`` or more with
@@ -37,6 +38,7 @@ PATHS_PER_ROUND = 200
 MIN_DELAY_NS = 0.25
 MIN_LOAD_FF = 15.0
 LOAD_PER_DRIVE_FF = 10.0
+DRIVE_BUFFER_UM = 100.0         # a critical sink this far from its driver goes behind the buffer too
 MAX_ROUNDS = 12
 BUFFERS = tuple(f"BUF_X{n}" for n in (1, 2, 4, 8, 16, 32))
 DEFAULT_PIN_CAP_FF = 2.0
@@ -143,30 +145,34 @@ class Rebuffer:
         return (net.group(1) if net else ""), [m.group(1) for m in _PIN.finditer(text) if m.group(2) == "input"]
 
     def isolate(self, c: Candidate) -> Move | None:
-        """Moves every sink of ``c``'s net but the critical one (and top-level ports) onto a new buffer."""
+        """A new buffer for the sinks of ``c``'s net (top-level ports and macro bus pins stay on the driver):
+        every other sink, at their centre, when the critical sink is near the driver; all of them, next to
+        the driver, when the critical sink is ``DRIVE_BUFFER_UM`` or more away or the only one (the buffer
+        then drives the long wire in the critical stage's place)."""
         net, pins = self.sinks(c.driver)
-        # top-level ports and bus pins (macro data pins) stay where they are
-        moved = [p for p in pins if p != c.critical and "/" in p and "[" not in p.rsplit("/", 1)[1]
-                 and self._xy(p) is not None]
-        drv_xy = self._xy(c.driver)
-        if not net or not moved or drv_xy is None:
+        movable = [p for p in pins if "/" in p and "[" not in p.rsplit("/", 1)[1] and self._xy(p) is not None]
+        drv_xy, crit_xy = self._xy(c.driver), self._xy(c.critical)
+        if not net or not movable or drv_xy is None:
             return None
+        others = [p for p in movable if p != c.critical]
+        far = crit_xy is None or abs(crit_xy[0] - drv_xy[0]) + abs(crit_xy[1] - drv_xy[1]) >= DRIVE_BUFFER_UM
+        moved = movable if far or not others else others
         pts = [self._xy(p) for p in moved]
-        cx, cy = sum(p[0] for p in pts) / len(pts), sum(p[1] for p in pts) / len(pts)
-        load = self.wire_ff(pts + [(cx, cy)]) + sum(self._pin_cap(p) for p in moved)
+        at = drv_xy if moved is movable else (sum(p[0] for p in pts) / len(pts), sum(p[1] for p in pts) / len(pts))
+        load = self.wire_ff(pts + [at]) + sum(self._pin_cap(p) for p in moved)
         master = next((b for b in self.buffers if load <= LOAD_PER_DRIVE_FF * int(b.rsplit("X", 1)[1])),
                       self.buffers[-1])
         buf, new = self._name()
-        kept = [drv_xy, (cx, cy)] + [self._xy(p) for p in pins if p not in moved and self._xy(p) is not None]
+        kept = [drv_xy, at] + [self._xy(p) for p in pins if p not in moved and self._xy(p) is not None]
         lines = [f"set n [get_nets -of_objects [get_pins {_pin(c.driver)}]]",
                  f"make_instance {buf} [get_lib_cells */{master}]", f"make_net {new}"]
         lines += [f"disconnect_pin $n [get_pins {_pin(p)}]" for p in moved]
         lines += [f"connect_pin $n {buf}/A", f"connect_pin {new} {buf}/Z"]
         lines += [f"connect_pin {new} [get_pins {_pin(p)}]" for p in moved]
-        lines += [f"set_load {self.wire_ff(kept):.4f} $n", f"set_load {self.wire_ff(pts + [(cx, cy)]):.4f} [get_nets {new}]"]
+        lines += [f"set_load {self.wire_ff(kept):.4f} $n", f"set_load {self.wire_ff(pts + [at]):.4f} [get_nets {new}]"]
         self.sta.run("\n".join(lines))
-        self.cell_xy[buf], self.cell_type[buf] = (cx, cy), master
-        return Move(c.driver, buf, master, new, moved, (cx, cy))
+        self.cell_xy[buf], self.cell_type[buf] = at, master
+        return Move(c.driver, buf, master, new, moved, at)
 
     def undo(self, m: Move, pins_before: list[str]) -> None:
         lines = [f"set n [get_nets -of_objects [get_pins {_pin(m.driver)}]]"]
