@@ -31,7 +31,8 @@ outputs, which multiplies x by it; lane k reads the sigmoid ROM through ``roms["
 chip passes it, else owns one), one L-lane ``kda_decay`` ``LutEval`` (the lanes on the two read ports of
 one ROM: ``roms["kda_decay"]``, else its own), one ``Rsqrt`` (the 2H L2 norms and the H gated norms) and 2 + L ``ApplyMant`` (k_hat, q_hat and,
 per output lane, the gated norm's read / rms). Row-buffer, gate and history SRAM words hold L consecutive
-indices.
+indices. The state, history and row-buffer SRAMs are two banks each (hw/kda_front.py ``banked_sram``), so
+the write-backs of the rows and the ingest never meet a read in the same macro (fakeram45 has one port).
   ingest   element pipeline, one transfer a cycle (``i.ready`` = 1 until ``last``), per lane: conv window
            from the history SRAM, taps, Sigmoid / KdaDecay, SiLU multiply, into the row buffer SRAM (q, k,
            v, alpha per index) and the gate SRAM (sigmoid(z), w); running sums of q^2, k^2 per head.

@@ -12,17 +12,53 @@ from hw.lib.pipe import clamp, delay, eq_const, round_shift_const
 from nano_k3.fxp_ops import ALPHA, UNIT, P, S, X
 
 
+# Row stages of the row pipeline's write-backs (hw/kda_state.py; it reads the state row and the row
+# buffer word at stage 0): the state row S', S'' and, in pass 1, k_hat / q_hat into the row buffer.
+STATE_WB, HATS_WB = 3, 4
+
+
+def _ports(name: str, aw: int, width: int) -> dict:
+    return {n: Signal(w, name=f"{name}_{n}") for n, w in (
+        ("we", 1), ("waddr", aw), ("wdata", width), ("wstrb", width // 8), ("re", 1), ("raddr", aw),
+        ("rdata", width))}
+
+
 def msh_sram(m: Module, name: str, depth: int, width: int) -> dict:
     """An msh_sram (SPEC §5) of at least 2 words in ``m``; returns its ports by name (we, waddr, ..., rdata)."""
     depth = max(2, depth)
     aw = (depth - 1).bit_length()
-    ports = {n: Signal(w, name=f"{name}_{n}") for n, w in (
-        ("we", 1), ("waddr", aw), ("wdata", width), ("wstrb", width // 8), ("re", 1), ("raddr", aw),
-        ("rdata", width))}
+    ports = _ports(name, aw, width)
     m.submodules[name] = Instance(
         "msh_sram", p_DEPTH=depth, p_WIDTH=width, p_ADDRW=aw, i_clk=ClockSignal(),
         i_we=ports["we"], i_waddr=ports["waddr"], i_wdata=ports["wdata"], i_wstrb=ports["wstrb"],
         i_re=ports["re"], i_raddr=ports["raddr"], o_rdata=ports["rdata"])
+    return ports
+
+
+def banked_sram(m: Module, name: str, depth: int, width: int, stride: int) -> dict:
+    """One array of ``depth`` words as two msh_srams ``<name>0`` / ``<name>1`` of depth / 2 (the same bits,
+    SPEC §5), with msh_sram's ports. Address bit b, the lowest set bit of ``stride``, picks the bank: a
+    read of address a + stride (any a) in the cycle that writes a always uses the other bank, as
+    fakeram45 needs (one port: flow/orfs.py drops a read issued beside a write). ``rdata`` comes from
+    the bank of the last read, so it holds between reads as msh_sram's does."""
+    if not isinstance(stride, int) or stride < 1:
+        raise ValueError(f"{name}: stride must be a positive integer, got {stride!r}")
+    b = (stride & -stride).bit_length() - 1
+    if depth < 4 or depth % (2 << b):
+        raise ValueError(f"{name}: depth {depth} cannot be banked on address bit {b} (stride {stride}): it must "
+                         f"be a multiple of {2 << b} and at least 4")
+    aw = (depth - 1).bit_length()
+    ports = _ports(name, aw, width)
+    banks = [msh_sram(m, f"{name}{k}", depth // 2, width) for k in range(2)]
+    inner = lambda a: Cat(a[:b], a[b + 1:])                  # noqa: E731  the address within a bank
+    for k, bank in enumerate(banks):
+        m.d.comb += [bank["we"].eq(ports["we"] & (ports["waddr"][b] == k)), bank["waddr"].eq(inner(ports["waddr"])),
+                     bank["wdata"].eq(ports["wdata"]), bank["wstrb"].eq(ports["wstrb"]),
+                     bank["re"].eq(ports["re"] & (ports["raddr"][b] == k)), bank["raddr"].eq(inner(ports["raddr"]))]
+    rbank = Signal(name=f"{name}_rbank")
+    with m.If(ports["re"]):
+        m.d.sync += rbank.eq(ports["raddr"][b])
+    m.d.comb += ports["rdata"].eq(Mux(rbank, banks[1]["rdata"], banks[0]["rdata"]))
     return ports
 
 
@@ -61,9 +97,12 @@ def storage(m: Module, ctx) -> None:
     fq = byte_width(max(X.bits, UNIT.bits))
     bf_off, bf_w = byte_fields({"q": fq, "k": fq, "v": byte_width(X.bits), "alpha": byte_width(ALPHA.bits)})
     gt_off, gt_w = byte_fields({"sigz": byte_width(P.bits), "w": PARAM_BITS})
-    st = msh_sram(m, "kda_state_sram", p.max_layers * H * dh, st_w)          # state rows
-    hs = msh_sram(m, "kda_hist_sram", p.max_layers * 3 * Pw // L, hi_w)      # conv histories (K-1 inputs)
-    bf = msh_sram(m, "kda_buf_sram", Pw // L, L * bf_w)                      # q, k (then q_hat, k_hat), v, alpha
+    # Banked where a write and a read meet in one cycle: the row pipeline writes row r back while it reads
+    # row r + STATE_WB (state) or r + HATS_WB (row buffer, L rows a word: HATS_WB / L words on); the
+    # ingest writes a history word while it reads the next transfer's, the next address.
+    st = banked_sram(m, "kda_state_sram", p.max_layers * H * dh, st_w, STATE_WB)      # state rows
+    hs = banked_sram(m, "kda_hist_sram", p.max_layers * 3 * Pw // L, hi_w, 1)        # conv histories (K-1 inputs)
+    bf = banked_sram(m, "kda_buf_sram", Pw // L, L * bf_w, HATS_WB // L)     # q, k (then q_hat, k_hat), v, alpha
     gt = msh_sram(m, "kda_gate_sram", Pw // L, L * gt_w)                     # sigmoid(z), w (output pipeline)
     vars(ctx).update(st_w=st_w, hi_w=hi_w, fq=fq, bf_off=bf_off, bf_w=bf_w, gt_off=gt_off, gt_w=gt_w, st=st, hs=hs,
                      bf=bf, gt=gt)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib.data import StructLayout
 
-from hw.kda_front import field_of, field_strb
+from hw.kda_front import HATS_WB, STATE_WB, field_of, field_strb
 from hw.kda_params import Sel, pack
 from hw.lib.lut import Rsqrt
 from hw.lib.pipe import clamp, delay, round_shift_const
@@ -93,7 +93,7 @@ def row_pipeline(m: Module, ctx) -> None:
     m.d.sync += [srow2[j].eq(srow[j]) for j in cols]
     qhat = delay(m, one, b_qhat, core.R_HAT - 1, "qhat")   # stage 4 (pass 2)
     # stage 3: S' = round(S alpha) (pass 1) or S'' = sat(S' + round(k_hat bu)) (pass 2); written back
-    c2, c3, c4, c5 = ctl[2], ctl[3], ctl[4], ctl[5]
+    c2, c3, c4, c5 = ctl[2], ctl[STATE_WB], ctl[HATS_WB], ctl[5]
     s3 = [Signal(signed(S.bits), name=f"srow3_{j}") for j in cols]
     m.d.sync += [s3[j].eq(Mux(c2.p2, clamp(srow2[j] + round_shift_const(col_prod_a[j], UNIT.frac), S.lo, S.hi),
                               round_shift_const(col_prod_a[j], ALPHA.frac))) for j in cols]

@@ -156,10 +156,10 @@ def test_collision_is_detected_and_fails_the_run(tmp_path):
     assert collision_check(found.get("apart", {}))["passed"]
 
 
-@pytest.mark.xfail(strict=True, reason="issue 18 point 2, measured: the tiny chip's short run has 522 same-cycle "
-                   "read+write collisions in 9 arrays (desc0..3, kda_buf, kda_hist, kda_state, logits, vrf) and is not "
-                   "bit-exact on the single-ported fakeram45 wrappers; the RTL or the mapping must change. Strict: "
-                   "the test fails as soon as the chip passes, so the mark goes with the fix")
+@pytest.mark.xfail(strict=True, reason="issue 18 point 2, measured: the tiny chip's short run has 52 same-cycle "
+                   "read+write collisions in 2 arrays (vrf 36, logits 16; desc0..3 and the KDA SRAMs have none) and is "
+                   "not bit-exact on the single-ported fakeram45 wrappers; the RTL or the mapping must change. "
+                   "Strict: the test fails as soon as the chip passes, so the mark goes with the fix")
 def test_tiny_chip_with_physical_macros_is_bit_exact(tmp_path):
     """One short run of the tiny chip on what place and route implements. Replay by hand:
     python -m rtl_gen --block chip --preset tiny --out build/physical/rtl-tiny
