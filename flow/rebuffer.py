@@ -39,9 +39,10 @@ MIN_DELAY_NS = 0.25
 MIN_LOAD_FF = 15.0
 LOAD_PER_DRIVE_FF = 10.0
 DRIVE_BUFFER_UM = 100.0         # a critical sink this far from its driver goes behind the buffer too
-MAX_ROUNDS = 12
+MAX_ROUNDS = 60               # rounds take a second or two on the nano chip; each must improve to be kept
 BUFFERS = tuple(f"BUF_X{n}" for n in (1, 2, 4, 8, 16, 32))
 DEFAULT_PIN_CAP_FF = 2.0
+MIN_GAIN_NS = 1e-3              # a turn of isolation and sizing that gains less ends the repair
 
 # "  70.1234   0.8536   2.7573 ^ core/mla/_441703_/Z (XOR2_X2)" (driver, with its load) or
 # "           0.0001   1.5062 v core/mla/_441704_/B2 (AOI21_X4)" (input pin, no load)

@@ -168,6 +168,30 @@ class TreeBuilder:
                       self.buffers[-1])
         return _Node(x, y, self.caps[(master, "A")], children=children, master=master)
 
+    def repeaters(self, x: float, y: float, nodes: list[_Node], spacing: float) -> list[_Node]:
+        """``nodes`` as driven from (x, y), each that lies ``spacing`` um or more away behind a chain of
+        buffers along the L-shaped route (x first), one every ``spacing`` um; the same below every buffer."""
+        out = []
+        for n in nodes:
+            if n.children:
+                n.children = self.repeaters(n.x, n.y, n.children, spacing)
+            dx, dy = n.x - x, n.y - y
+            steps = int((abs(dx) + abs(dy)) // spacing)
+            node = n
+            for k in range(steps, 0, -1):                  # from the far end back towards the driver
+                t = k * spacing
+                px, py = (x + t * (1 if dx > 0 else -1), y) if t <= abs(dx) else \
+                    (x + dx, y + (t - abs(dx)) * (1 if dy > 0 else -1))
+                node = self._buffer_at(px, py, [node])
+            out.append(node)
+        return out
+
+    def _buffer_at(self, x: float, y: float, children: list[_Node]) -> _Node:
+        load = sum(abs(n.x - x) + abs(n.y - y) for n in children) * self.c_per_um + sum(n.cap for n in children)
+        master = next((b for b in self.buffers if load <= LOAD_PER_DRIVE_FF * int(b.rsplit("X", 1)[1])),
+                      self.buffers[-1])
+        return _Node(x, y, self.caps[(master, "A")], children=children, master=master)
+
     def build(self, sinks: list[_Node]) -> list[_Node]:
         """The nodes the original driver is left with (each a buffer with its subtree)."""
         nodes = [self._buffer(g) for g in _split(sinks, MAX_FANOUT, MAX_CLUSTER_SPAN_UM)]
@@ -207,11 +231,14 @@ class RepairResult:
 
 def repair(module: dict, cell_xy: dict[str, tuple[float, float]], port_xy: dict[int, tuple[float, float]],
            caps: dict[tuple[str, str], float], areas: dict[str, float], c_per_um: float, steiner,
-           clock_bits: set[int], progress=lambda msg: None) -> RepairResult:
+           clock_bits: set[int], progress=lambda msg: None, force: frozenset[int] = frozenset(),
+           spacing_um: float | None = None) -> RepairResult:
     """Rebuilds, in ``module`` (a flat Yosys JSON module, edited in place), every logical net with more than
-    ``MAX_FANOUT`` sinks as a clustered buffer tree. ``cell_xy``: placed centre of every cell (um); a sink
-    without one (an instance outside the placement, such as an ``msh_rom``) is wired to the net's driver;
-    ``port_xy``: position per port bit."""
+    ``MAX_FANOUT`` sinks as a clustered buffer tree, and so the logical nets whose source bit is in
+    ``force`` whatever their fanout. ``cell_xy``: placed centre of every cell (um); a sink without one (an
+    instance outside the placement, such as an ``msh_rom``) is wired to the net's driver; ``port_xy``:
+    position per port bit. ``spacing_um``: a rebuilt net's edges this long or longer get repeaters
+    (``TreeBuilder.repeaters``), starting from the driver's position."""
     net = _Netlist.of(module)
     builder = TreeBuilder(caps, c_per_um, steiner)
     res = RepairResult()
@@ -221,10 +248,12 @@ def repair(module: dict, cell_xy: dict[str, tuple[float, float]], port_xy: dict[
     roots = sorted(b for b in net.sinks if b not in clock_bits and
                    (net.driver.get(b) is None or not net.is_buffer(net.driver[b])) and b in net.driver)
     progress(f"repair: {len(roots):,} driven nets to examine")
+    force = {net.source(b) for b in force}
     trees = []
     for root in roots:
         leaves, bufs = net.tree(root)
-        if len(leaves) > MAX_FANOUT and not any(pin in CLOCK_PINS for _, pin, _ in leaves):
+        if ((len(leaves) > MAX_FANOUT or net.source(root) in force)
+                and not any(pin in CLOCK_PINS for _, pin, _ in leaves)):
             trees.append((root, net.source(root), leaves, bufs))      # sources before anything is removed
     for root, source, leaves, bufs in trees:
         res.largest_fanout = max(res.largest_fanout, len(leaves))
@@ -235,7 +264,12 @@ def repair(module: dict, cell_xy: dict[str, tuple[float, float]], port_xy: dict[
                 continue
             x, y = cell_xy[key]
             sinks.append(_Node(x, y, caps.get((net.cells[key]["type"], pin), DEFAULT_PIN_CAP_FF), sink=(key, pin, j)))
-        top = (builder.build(sinks) if sinks else []) + [_Node(0.0, 0.0, 0.0, sink=leaf) for leaf in unplaced]
+        top = builder.build(sinks) if sinks else []
+        drv = net.driver.get(root)
+        at = port_xy.get(root) if drv is None else cell_xy.get(drv)
+        if spacing_um and at is not None:
+            top = builder.repeaters(at[0], at[1], top, spacing_um)
+        top += [_Node(0.0, 0.0, 0.0, sink=leaf) for leaf in unplaced]
         for key in bufs:
             c = net.cells.pop(key)
             res.removed_bits.add(c["connections"]["Z"][0])

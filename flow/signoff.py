@@ -5,6 +5,8 @@
 
 Continues from ``make place`` (its ``placed.pickle``: the flat netlist, the placement and the floorplan):
 
+0. electrical repair (flow/electrical.py): nets over their driver's max capacitance become buffer trees
+   with repeaters, fitted into the rows; netlist, DEF and SPEF are written again for what follows;
 1. sizing (flow/resize.py): one OpenSTA process at the slow corner, with the placed wires' SPEF and the
    sign-off clock uncertainty, sizes up the drivers on the violating paths until the worst slack is met,
    stops improving or ``--budget`` seconds are used;
@@ -43,7 +45,8 @@ from flow.place import STATE_FILE, _read_lefs, load_state, write_outputs
 from flow.place_flat import pin_xy
 from flow.place_netlist import PlaceError, build_design, inst_path, net_names, progress
 from flow.relegalize import relegalize
-from flow.repair import input_caps, write_verilog
+from flow.electrical import repair_design
+from flow.repair import RepairError, input_caps, write_verilog
 from flow.resize import measure, resize, size_ladders, swap
 from flow.sta import StaError, constraints_tcl, run_sta
 from flow.sta_session import StaSession, StaSessionError
@@ -56,6 +59,7 @@ REPO = Path(__file__).resolve().parent.parent
 SETUP_UNCERTAINTY_NS = 0.3
 HOLD_UNCERTAINTY_NS = 0.05
 SIZING_CORNER = "slow"
+ALTERNATIONS = 4                # turns of load isolation then sizing after the first sizing
 HOLD_CORNER = "fast"
 
 
@@ -73,13 +77,11 @@ def _session(stage: Path, corner: str, liberty: Path, netlist: Path, spef: Path,
     return sta
 
 
-def _repair(pdk, cache: Path, placed: dict, place_dir: Path, module: dict, top: str, clock: str, period_ns: float,
+def _repair(pdk, cache: Path, netlist: Path, spef: Path, module: dict, top: str, clock: str, period_ns: float,
             budget_s: float, stage: Path, rb_geometry: tuple):
     """Sizing at the slow corner, load isolation on the paths sizing leaves failing, sizing again; then hold
     buffers at the fast corner on that netlist. ``rb_geometry``: (cell centre um, cell type, input pin caps,
     wire fF per um) for flow/rebuffer.py."""
-    netlist = (place_dir / placed["files"]["netlist"]).resolve()
-    spef = (place_dir / placed["files"]["spef"]).resolve()
     slow = pdk.plain_liberty(SIZING_CORNER, cache).resolve()
     ladders = size_ladders(list(liberty_areas(slow)))
     taken = set(module["cells"])
@@ -88,10 +90,21 @@ def _repair(pdk, cache: Path, placed: dict, place_dir: Path, module: dict, top: 
         sized = resize(sta, ladders, 0.0, budget_s, progress)
         wns, tns = measure(sta)
         rb = rebuffer.Rebuffer(sta, *rb_geometry, taken)
-        moved, wns, tns = rebuffer.rebuffer(rb, lambda: measure(sta), wns, tns, 0.0, progress)
-        if moved.moves and wns < 0:
-            again = resize(sta, ladders, 0.0, max(0.0, budget_s - (time.monotonic() - t0)), progress)
-            sized.merge(again)
+        moved = rebuffer.RebufferResult()
+        for _ in range(ALTERNATIONS):          # isolation and sizing in turn, while a turn improves the slack
+            more, wns_rb, tns = rebuffer.rebuffer(rb, lambda: measure(sta), wns, tns, 0.0, progress)
+            moved.moves += more.moves
+            moved.rounds += more.rounds
+            left = budget_s - (time.monotonic() - t0)
+            if not more.moves or wns_rb >= 0 or left <= 0:
+                wns = wns_rb
+                break
+            sized.merge(resize(sta, ladders, 0.0, left, progress))
+            wns_now, tns = measure(sta)
+            if wns_now <= wns + rebuffer.MIN_GAIN_NS:
+                wns = wns_now
+                break
+            wns = wns_now
     with _session(stage, HOLD_CORNER, pdk.plain_liberty(HOLD_CORNER, cache).resolve(), netlist, spef, top, clock,
                   period_ns) as sta:
         rebuffer.replay(sta, moved)
@@ -172,11 +185,23 @@ def signoff(place_dir: Path, synth: Path, out: Path, period_ns: float = 10.0, cl
     t = time.monotonic()
     typical = pdk.plain_liberty("typical", cache).read_text()
     caps = input_caps(typical)
+    slow = pdk.plain_liberty(SIZING_CORNER, cache)
+    limits = design_rules.output_limits(slow.read_text())
+    try:
+        (d, xs, ys, orient), electrical = repair_design(module, state, lef, sizes, top, caps, limits,
+                                                        liberty_areas(slow), rc, clock, stage / "electrical")
+    except (RepairError, PlaceError) as e:
+        raise SignoffError(f"electrical repair: {e}") from None
+    netlist = Path(electrical.get("netlist", place_dir / placed["files"]["netlist"])).resolve()
+    spef = Path(electrical.get("spef", place_dir / placed["files"]["spef"])).resolve()
+    timing["electrical_s"] = time.monotonic() - t
+
+    t = time.monotonic()
     cell_xy = {name: ((xs[i] + d.comp_w[i] / 2) / dbu, (ys[i] + d.comp_h[i] / 2) / dbu)
                for i, name in enumerate(d.comp_name)}
     geometry = (cell_xy, dict(zip(d.comp_name, d.comp_master)), caps, (rc.c_h + rc.c_v) / 2)
     try:
-        sized, moved, held = _repair(pdk, cache, placed, place_dir, module, top, clock, period_ns, budget_s, stage,
+        sized, moved, held = _repair(pdk, cache, netlist, spef, module, top, clock, period_ns, budget_s, stage,
                                      geometry)
     except (StaSessionError, ToolError) as e:
         raise SignoffError(f"timing repair: {e}") from None
@@ -214,25 +239,24 @@ def signoff(place_dir: Path, synth: Path, out: Path, period_ns: float = 10.0, cl
     timing["sta_s"] = time.monotonic() - t
 
     t = time.monotonic()
-    slow = pdk.plain_liberty(SIZING_CORNER, cache)
     clock_nets = {clock}
-    rules = design_rules.check(d, fp, xs, ys, orient, caps, design_rules.output_limits(slow.read_text()),
+    rules = design_rules.check(d, fp, xs, ys, orient, caps, limits,
                                rc, dbu, clock_nets)
     macros = [(x / dbu, y / dbu, (x + d.comp_w[i]) / dbu, (y + d.comp_h[i]) / dbu) for i, (x, y) in fp.macro_xy.items()]
     demand = rudy.rudy(_net_boxes(d, fp, xs, ys, orient, dbu), (fp.die[2] / dbu, fp.die[3] / dbu), macros, lef)
     rudy.draw(demand, stage / "rudy.png", f"{top}: routing demand after sign-off placement")
     timing["checks_s"] = time.monotonic() - t
 
-    result = _result(top, placed, sized, moved, held, liberty_areas(slow), legal, dbu, wires, sta, rules, demand,
-                     timing, period_ns, t_start)
+    result = _result(top, placed, electrical, sized, moved, held, liberty_areas(slow), legal, dbu, wires, sta,
+                     rules, demand, timing, period_ns, t_start)
     (stage / "signoff.json").write_text(json.dumps(result, indent=1) + "\n")
     (stage / "signoff.txt").write_text(summary_text(result))
     publish(stage, out)
     return result
 
 
-def _result(top, placed, sized, moved, held, areas, legal, dbu, wires, sta, rules, demand, timing, period_ns,
-            t_start) -> dict:
+def _result(top, placed, electrical, sized, moved, held, areas, legal, dbu, wires, sta, rules, demand, timing,
+            period_ns, t_start) -> dict:
     corners = {c: {k: v[k] for k in ("wns_ns", "tns_ns", "worst_hold_slack_ns", "min_period_ns",
                                      "max_transition_violations")} | {"worst_path": (v["paths"] or [None])[0],
                                                                       "worst_hold_path": v["worst_hold_path"]}
@@ -259,10 +283,12 @@ def _result(top, placed, sized, moved, held, areas, legal, dbu, wires, sta, rule
         "electrical_clean": clean,
         "corners": corners,
         "sizing": sizing,
+        "electrical_repair": {k: v for k, v in electrical.items() if k not in ("netlist", "spef")},
         "load_isolation": isolating,
         "hold_repair": holding,
         "relegalize": {"cells_moved": legal["cells_moved"], "total_move_um": round(legal["total_move_dbu"] / dbu, 1)},
-        "std_cell_area_um2": round(placed["std_cell_area_um2"] + sizing["area_change_um2"]
+        "std_cell_area_um2": round(placed["std_cell_area_um2"] + electrical.get("area_change_um2", 0.0)
+                                   + sizing["area_change_um2"]
                                    + isolating["area_added_um2"] + holding["area_added_um2"], 3),
         "std_cell_area_before_um2": placed["std_cell_area_um2"],
         "hpwl_um": round(wires["hpwl_um"], 1),
@@ -294,6 +320,10 @@ def summary_text(r: dict) -> str:
         f"{'met' if r['hold_met_fast'] else 'VIOLATED'}, design rules {'clean' if r['electrical_clean'] else 'VIOLATED'}",
         f"  sizing         {s['cells_resized']:,} cells up-sized in {len(s['passes']) - 1} passes, "
         f"{s['area_change_um2']:+,.1f} um2; stopped: {s['stopped']}",
+        f"  electrical     {r['electrical_repair'].get('nets_repaired', 0):,} nets over max capacitance rebuilt "
+        f"({r['electrical_repair'].get('buffers_added', 0):,} buffers), violations "
+        f"{r['electrical_repair']['cap_violations_before']:,} -> "
+        f"{r['electrical_repair'].get('cap_violations_after', r['electrical_repair']['cap_violations_before']):,}",
         f"  load isolation {r['load_isolation']['buffers_added']:,} buffers take "
         f"{r['load_isolation']['sinks_moved']:,} sinks off critical stages, {r['load_isolation']['area_added_um2']:+,.1f} um2",
         f"  hold repair    {r['hold_repair']['buffers_added']:,} x {r['hold_repair']['buffer']} on "

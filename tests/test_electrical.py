@@ -1,0 +1,69 @@
+"""flow/electrical.py and the repeaters of flow/repair.py: nets over their driver's max capacitance become
+buffer trees with repeaters along long edges, the logic stays the same."""
+from pathlib import Path
+
+import pytest
+
+from flow.design_rules import output_limits
+from flow.electrical import REPEATER_SPACING_UM, repair_design
+from flow.macro_map import storage_lib
+from flow.parasitics import RcModel, steiner_factor
+from flow.place import _read_lefs, load_state, place
+from flow.repair import TreeBuilder, _Node, input_caps
+from flow.synth import liberty_areas, synthesize
+from pdk_config import find_pdk
+
+DATA = Path(__file__).parent / "data"
+REPO = Path(__file__).resolve().parents[1]
+CAPS = {("BUF_X1", "A"): 0.9, ("BUF_X4", "A"): 3.4}
+
+
+def _chain(node: _Node) -> list[_Node]:
+    out = [node]
+    while node.children and not node.children[0].sink:
+        node = node.children[0]
+        out.append(node)
+    return out
+
+
+def test_repeaters_follow_the_route_at_the_spacing():
+    sink = _Node(600.0, 400.0, 1.0, sink=("g", "A", 0))
+    far = _Node(600.0, 400.0, 1.0, children=[sink], master="BUF_X1")          # a cluster buffer 1000 um away
+    near = _Node(20.0, 10.0, 1.0, children=[_Node(25.0, 10.0, 1.0, sink=("h", "A", 0))], master="BUF_X1")
+    b = TreeBuilder(CAPS, 0.058, steiner_factor)
+    top = b.repeaters(0.0, 0.0, [far, near], 250.0)
+    assert top[1] is near                                          # 30 um away: no repeater
+    chain = _chain(top[0])
+    assert [(n.x, n.y) for n in chain] == [(250.0, 0.0), (500.0, 0.0), (600.0, 150.0), (600.0, 400.0), (600.0, 400.0)]
+    assert chain[-1] is far and all(n.master for n in chain)
+
+
+@pytest.fixture(scope="module")
+def placed(tmp_path_factory):
+    base = tmp_path_factory.mktemp("electrical")
+    synthesize(DATA / "regions_small", base / "synth")
+    place(base / "synth", base / "place", utilization=0.6, effort=1, jobs=1, picture=False)
+    return base
+
+
+def test_nets_over_a_tightened_limit_are_rebuilt_and_keep_the_logic(placed, tmp_path):
+    """regions_small meets the library's limits, so they are cut to a fifth: the nets then over them are
+    rebuilt with repeaters, fewer break the cut limits afterwards, and the netlist is still the synthesised
+    logic (Yosys equivalence)."""
+    from test_repair import equivalent                   # tests/ is on sys.path (no package)
+    pdk = find_pdk()
+    cache = placed / "pdk_cache"
+    lef, sizes = _read_lefs(pdk), storage_lib(pdk, cache)
+    state = load_state(placed / "place" / "placed.pickle")
+    slow = pdk.plain_liberty("slow", cache)
+    limits = {k: v / 5 for k, v in output_limits(slow.read_text()).items()}
+    caps = input_caps(pdk.plain_liberty("typical", cache).read_text())
+    (d, xs, ys, orient), s = repair_design(state["module"], state, lef, sizes, "regions_small", caps, limits,
+                                           liberty_areas(slow), RcModel.from_lef(lef), "clk", tmp_path / "out")
+    print(s)
+    assert s["cap_violations_before"] > 0 and s["nets_repaired"] > 0 and s["buffers_added"] > 0
+    assert s["cap_violations_after"] < s["cap_violations_before"]
+    assert s["repeater_spacing_um"] == REPEATER_SPACING_UM and len(d.comp_name) == len(xs) == len(ys)
+    ok, log = equivalent(tmp_path, pdk.plain_liberty("typical", cache), placed / "synth" / "regions_small.sta.v",
+                         Path(s["netlist"]), "regions_small")
+    assert ok, log
