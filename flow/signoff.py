@@ -122,12 +122,19 @@ def _rebuild(module: dict, top: str, lef, sizes, d, fp, xs, ys, orient, held: ho
     at = {name: k for k, name in enumerate(d.comp_name)}
     sink_of = {buf: inst for buf, inst, _ in held.inserted}
     near = {m.buffer: (m.moved[0].rsplit("/", 1)[0], m.xy) for m in moved.moves}
+
+    def origin(name: str) -> int:
+        """The placed cell a load-isolation buffer takes its orientation and group from: its first moved
+        sink's, through the buffers of earlier rounds that a later round moved."""
+        while name in near:
+            name = near[name][0]
+        return at[name]
+
     nxs, nys, nor, groups = [], [], [], []
     for i, name in enumerate(new.comp_name):
         k = at.get(name)
         if name in near:
-            inst, (cx, cy) = near[name]
-            k = at[inst]
+            (cx, cy), k = near[name][1], origin(name)
             nxs.append(round(cx * lef.dbu - new.comp_w[i] / 2))
             nys.append(round(cy * lef.dbu - new.comp_h[i] / 2))
             nor.append(orient[k])
