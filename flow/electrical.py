@@ -3,7 +3,8 @@
 The design rules that sign-off checks (flow/design_rules.py) fail on nets whose load is more than their
 driver may drive: mostly long nets between regions (a bus from the sequencer's own logic to an engine a
 few millimetres away: 200 fF on a gate allowed 27 fF, 3.7 ns transitions at the slow corner). Every
-logical net with a max-capacitance violation is rebuilt by flow/repair.py as a clustered buffer tree
+logical net with a max-capacitance violation (and only those: placement's trees stay) is rebuilt by
+flow/repair.py as a clustered buffer tree
 from the legal placement, with repeaters every ``REPEATER_SPACING_UM`` along each long edge (starting
 at the driver); the new buffers are fitted into the rows (flow/relegalize.py), and the netlist, DEF and
 SPEF are written again, so the timing repair that follows reads real wires. Only buffers are added and
@@ -52,7 +53,7 @@ def repair_design(module: dict, state: dict, lef, sizes, top: str, caps, limits,
             k += 1
     clock_bits = {b for b in module["ports"].get(clock, {}).get("bits", []) if isinstance(b, int)}
     res = repair(module, cell_xy, port_xy, caps, areas, (rc.c_h + rc.c_v) / 2, steiner_factor, clock_bits,
-                 progress, force=force, spacing_um=REPEATER_SPACING_UM)
+                 progress, force=force, spacing_um=REPEATER_SPACING_UM, only_forced=True)
     verify(module, res)
     new = build_design(module, top, lef, sizes)
     at = {name: i for i, name in enumerate(d.comp_name)}

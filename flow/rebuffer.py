@@ -19,7 +19,7 @@ sink goes behind a buffer next to the driver, which then drives the wire. Per ro
    capacitance from the placed positions (``set_load`` on the net: HPWL x Steiner factor x the mean
    capacitance per um of the two routing layers, the SPEF writer's model);
 4. the round is kept when the worst slack improves (or stays and the TNS improves); otherwise every move
-   is undone (the buffers stay, unconnected, in the session only: this OpenSTA's ``delete_instance``
+   is undone and the next round takes half as many candidates (the worst paths' first), until one alone fails (the buffers stay, unconnected, in the session only: this OpenSTA's ``delete_instance``
    fails, and nothing unconnected reaches the netlist).
 
 ``apply`` makes the kept moves in the Yosys JSON module, and ``positions`` gives each new buffer its
@@ -190,13 +190,14 @@ def rebuffer(rb: Rebuffer, measure, wns: float, tns: float, target_ns: float = 0
     """Rounds of load isolation while they help (see the module's docstring). ``measure()`` gives the
     session's (worst slack, TNS) in ns. Returns the kept moves and the final (wns, tns)."""
     res = RebufferResult()
+    limit = PATHS_PER_ROUND                  # candidates a round takes, worst paths first; halved when one fails
     for k in range(1, MAX_ROUNDS + 1):
         if wns >= target_ns:
             break
         report = rb.sta.run(f"report_checks -path_delay max -group_count {PATHS_PER_ROUND} -endpoint_count 1 "
                             f"-slack_max {target_ns} -fields {{capacitance input_pins}} -digits 4")
         done = {m.buffer for m in res.moves}
-        cands = [c for c in candidates(report) if c.driver.rsplit("/", 1)[0] not in done]
+        cands = [c for c in candidates(report) if c.driver.rsplit("/", 1)[0] not in done][:limit]
         made = []
         for c in cands:
             _, before = rb.sinks(c.driver)
@@ -215,7 +216,10 @@ def rebuffer(rb: Rebuffer, measure, wns: float, tns: float, target_ns: float = 0
         if not kept:
             for m, before in reversed(made):
                 rb.undo(m, before)
-            break
+            if len(cands) == 1:
+                break
+            limit = max(1, len(cands) // 2)
+            continue
         res.moves += [m for m, _ in made]
         wns, tns = new_wns, new_tns
     return res, wns, tns

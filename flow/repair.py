@@ -232,13 +232,14 @@ class RepairResult:
 def repair(module: dict, cell_xy: dict[str, tuple[float, float]], port_xy: dict[int, tuple[float, float]],
            caps: dict[tuple[str, str], float], areas: dict[str, float], c_per_um: float, steiner,
            clock_bits: set[int], progress=lambda msg: None, force: frozenset[int] = frozenset(),
-           spacing_um: float | None = None) -> RepairResult:
+           spacing_um: float | None = None, only_forced: bool = False) -> RepairResult:
     """Rebuilds, in ``module`` (a flat Yosys JSON module, edited in place), every logical net with more than
     ``MAX_FANOUT`` sinks as a clustered buffer tree, and so the logical nets whose source bit is in
     ``force`` whatever their fanout. ``cell_xy``: placed centre of every cell (um); a sink without one (an
     instance outside the placement, such as an ``msh_rom``) is wired to the net's driver; ``port_xy``:
     position per port bit. ``spacing_um``: a rebuilt net's edges this long or longer get repeaters
-    (``TreeBuilder.repeaters``), starting from the driver's position."""
+    (``TreeBuilder.repeaters``), starting from the driver's position. ``only_forced``: rebuild the nets of
+    ``force`` alone (the trees built at placement stay as they are)."""
     net = _Netlist.of(module)
     builder = TreeBuilder(caps, c_per_um, steiner)
     res = RepairResult()
@@ -252,7 +253,7 @@ def repair(module: dict, cell_xy: dict[str, tuple[float, float]], port_xy: dict[
     trees = []
     for root in roots:
         leaves, bufs = net.tree(root)
-        if ((len(leaves) > MAX_FANOUT or net.source(root) in force)
+        if (((len(leaves) > MAX_FANOUT and not only_forced) or net.source(root) in force)
                 and not any(pin in CLOCK_PINS for _, pin, _ in leaves)):
             trees.append((root, net.source(root), leaves, bufs))      # sources before anything is removed
     for root, source, leaves, bufs in trees:
