@@ -88,8 +88,7 @@ def op_issue(m: Module, ctx) -> None:
     # Descriptor prefetch: every cycle of a position reads the three records of the op to dispatch
     # next (the ROM word at pc + 1; the loaded op itself while DISPATCH holds it), so an MV,
     # PLD or EMB finds its store beats in ``pf_q`` when it dispatches. ``pf_rec`` tags them: a
-    # router choice made after the read only costs a re-read. Only a position's cycles read (``pf_ok``
-    # trusts no other): the load phase writes the banks, and fakeram45 drops a read beside a write.
+    # router choice made after the read only costs a re-read.
     rec_eff = record_of(op, "rec_eff")
     rec_next = record_of(View(op_layout, rom_data[:op_layout.size]), "rec_next")
     pf_q = [Signal(bb, name=f"pf_q{k}") for k in range(3)]
@@ -103,10 +102,10 @@ def op_issue(m: Module, ctx) -> None:
     holding = Signal()                         # DISPATCH keeps the loaded op waiting
     m.d.comb += pf_target.eq(Mux(holding, rec_eff, rec_next))
     bsel = log2(DESC_BANKS)
-    in_pos = Signal()
     for b, bank in enumerate(desc):
         j = (b - pf_target[:bsel])[:bsel]           # record pf_target + j sits in bank b
-        m.d.comb += [bank.r_en.eq(in_pos), bank.r_addr.eq((pf_target + j) >> bsel)]
+        m.d.comb += [bank.r_en.eq(1), bank.r_addr.eq((pf_target + j) >> bsel)]
+    in_pos = Signal()
     m.d.sync += [rd_rec.eq(pf_target), rd_ok.eq(in_pos), pf_rec.eq(rd_rec), pf_ok.eq(rd_ok & in_pos)]
     with m.Switch(rd_rec[:bsel]):
         for r in range(DESC_BANKS):

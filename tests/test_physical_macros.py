@@ -156,8 +156,8 @@ def test_collision_is_detected_and_fails_the_run(tmp_path):
     assert collision_check(found.get("apart", {}))["passed"]
 
 
-@pytest.mark.xfail(strict=True, reason="issue 18 point 2, measured: the tiny chip's short run has 52 same-cycle "
-                   "read+write collisions in 2 arrays (vrf 36, logits 16; desc0..3 and the KDA SRAMs have none) and is "
+@pytest.mark.xfail(strict=True, reason="issue 18 point 2, measured: the tiny chip's short run has 190 same-cycle "
+                   "read+write collisions in 6 arrays (desc0..3 138, vrf 36, logits 16; the KDA SRAMs have none) and is "
                    "not bit-exact on the single-ported fakeram45 wrappers; the RTL or the mapping must change. "
                    "Strict: the test fails as soon as the chip passes, so the mark goes with the fix")
 def test_tiny_chip_with_physical_macros_is_bit_exact(tmp_path):
