@@ -20,7 +20,7 @@ from pathlib import Path
 
 from flow import design_rules
 from flow.parasitics import steiner_factor
-from flow.place import write_outputs
+from flow.place import repair_positions, write_outputs
 from flow.place_netlist import build_design, inst_path, net_names, progress
 from flow.relegalize import relegalize
 from flow.repair import repair, verify, write_verilog
@@ -44,14 +44,7 @@ def repair_design(module: dict, state: dict, lef, sizes, top: str, caps, limits,
     if not force:
         return (d, xs, ys, orient), summary
     progress(f"electrical repair: {len(before.cap_violations):,} nets over their driver's max capacitance")
-    cell_xy = {d.comp_key[i]: ((xs[i] + d.comp_w[i] / 2) / dbu, (ys[i] + d.comp_h[i] / 2) / dbu)
-               for i in range(len(d.comp_name))}
-    port_xy, k = {}, 0
-    for port in module["ports"].values():
-        for b in port["bits"]:
-            port_xy[b] = (fp.io_xy[k][0] / dbu, fp.io_xy[k][1] / dbu)
-            k += 1
-    clock_bits = {b for b in module["ports"].get(clock, {}).get("bits", []) if isinstance(b, int)}
+    cell_xy, port_xy, clock_bits = repair_positions(module, d, fp, xs, ys, dbu, clock)
     res = repair(module, cell_xy, port_xy, caps, areas, (rc.c_h + rc.c_v) / 2, steiner_factor, clock_bits,
                  progress, force=force, spacing_um=REPEATER_SPACING_UM, only_forced=True)
     verify(module, res)

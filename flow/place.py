@@ -64,12 +64,10 @@ __all__ = ["PlaceError", "build_design", "flatten", "place"]     # flatten and b
 
 # ---------------------------------------------------------------------------------------------- repair
 
-def repair_nets(module: dict, d: Design, fp: Floorplan, xs: list[int], ys: list[int], lef: Lef, sizes,
-                liberty: Path, rc: RcModel, clock: str) -> tuple[Design, list[int], list[int], RepairResult]:
-    """Rebuilds the high-fanout buffer trees of ``module`` for the global placement ``xs``, ``ys``
-    (flow/repair.py); returns the new design and start positions for legalisation (new buffers at the
-    centres of their sinks)."""
-    dbu = lef.dbu
+def repair_positions(module: dict, d: Design, fp: Floorplan, xs: list[int], ys: list[int], dbu: int,
+                     clock: str) -> tuple[dict, dict, set[int]]:
+    """What flow/repair.py needs of a placement: the centre (um) per cell key, the position per port bit,
+    and the clock port's bits."""
     cell_xy: dict[str, tuple[float, float]] = {}
     for i, key in enumerate(d.comp_key):
         cell_xy.setdefault(key, ((xs[i] + d.comp_w[i] / 2) / dbu, (ys[i] + d.comp_h[i] / 2) / dbu))
@@ -79,6 +77,16 @@ def repair_nets(module: dict, d: Design, fp: Floorplan, xs: list[int], ys: list[
             port_xy[b] = (fp.io_xy[k][0] / dbu, fp.io_xy[k][1] / dbu)
             k += 1
     clock_bits = {b for b in module["ports"].get(clock, {}).get("bits", []) if isinstance(b, int)}
+    return cell_xy, port_xy, clock_bits
+
+
+def repair_nets(module: dict, d: Design, fp: Floorplan, xs: list[int], ys: list[int], lef: Lef, sizes,
+                liberty: Path, rc: RcModel, clock: str) -> tuple[Design, list[int], list[int], RepairResult]:
+    """Rebuilds the high-fanout buffer trees of ``module`` for the global placement ``xs``, ``ys``
+    (flow/repair.py); returns the new design and start positions for legalisation (new buffers at the
+    centres of their sinks)."""
+    dbu = lef.dbu
+    cell_xy, port_xy, clock_bits = repair_positions(module, d, fp, xs, ys, dbu, clock)
     text = liberty.read_text()
     res = repair(module, cell_xy, port_xy, input_caps(text), liberty_areas(liberty), (rc.c_h + rc.c_v) / 2,
                  steiner_factor, clock_bits, progress)
