@@ -187,7 +187,7 @@ def op_states(m: Module, ctx) -> None:
     pld_cnt, emb_we, fetch, col_cnt, emb_word = ctx.pld_cnt, ctx.emb_we, ctx.fetch, ctx.col_cnt, ctx.emb_word
     cfg, L, minp, wf, start_wf, cq, mvq_n = ctx.cfg, ctx.L, ctx.minp, ctx.wf, ctx.start_wf, ctx.cq, ctx.mvq_n
     head, lw, mvq_push, mo, ef, col_done = ctx.head, ctx.lw, ctx.mvq_push, ctx.mo, ctx.ef, ctx.col_done
-    col_target, is_op, w, pos, seq_wr, wr = ctx.col_target, ctx.is_op, ctx.w, ctx.pos, ctx.seq_wr, ctx.wr
+    col_target, is_op, h, pos, seq_wr, wr = ctx.col_target, ctx.is_op, ctx.h, ctx.pos, ctx.seq_wr, ctx.wr
     end_taken, row_addr, pc, seq_len = ctx.end_taken, ctx.row_addr, ctx.pc, ctx.seq_len
     status_word = ctx.status_word
     # ---- PLD ---------------------------------------------------------------------------
@@ -247,7 +247,7 @@ def op_states(m: Module, ctx) -> None:
     with m.State("END"):
         m.d.comb += in_pos.eq(1)
         am_addr = Signal(ADDR_BITS)
-        m.d.comb += am_addr.eq(w[26] + (pos << 2))
+        m.d.comb += am_addr.eq(h.argmax_addr + (pos << 2))
         with m.If(lw.argmax_valid):
             m.d.comb += [seq_wr.eq(1), wr.valid.eq(1), wr.payload.addr.eq(Cat(Const(0, 4), am_addr[4:])),
                          wr.payload.data.eq(lw.argmax.as_unsigned() << (pos[:2] * 32)),

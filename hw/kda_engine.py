@@ -245,18 +245,9 @@ def _control_state(m: Module, ctx) -> None:
 
 
 
-# KDA dimensions per chip preset (hw.params.ChipParams.name); proposed for merging into ChipParams.
-KDA_PRESETS: dict[str, KdaParams] = {
-    "nano": KdaParams(heads=2, dh=32, conv_k=4, max_layers=2, lanes=2),
-    "tiny": KdaParams(heads=1, dh=16, conv_k=4, max_layers=2, lanes=1),
-}
-
-
 def kda_params_for(chip) -> KdaParams:
-    try:
-        return KDA_PRESETS[chip.name]
-    except KeyError:
-        raise ValueError(f"no KDA dimensions for chip preset {chip.name!r}; known: {', '.join(KDA_PRESETS)}") from None
+    """The chip's KDA engine: its model's dimensions at ``chip.kda_lanes`` elements a transfer."""
+    return KdaParams.for_model(chip.model, chip.kda_lanes)
 
 
 def kda_engine_block(chip, params: KdaParams | None = None) -> KdaEngine:

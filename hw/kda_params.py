@@ -35,12 +35,12 @@ def byte_width(bits: int) -> int:
 
 @dataclass(frozen=True)
 class KdaParams:
-    """Dimensions of one KDA engine build (proposed for merging into hw.params.ChipParams)."""
+    """Dimensions of one KDA engine build: the chip's from its model (``for_model``), a test's by ``replace``."""
 
-    heads: int = 2
-    dh: int = 32
-    conv_k: int = 4
-    max_layers: int = 2
+    heads: int
+    dh: int
+    conv_k: int
+    max_layers: int
     lanes: int = 1              # elements per input transfer (a LUT ROM has two read ports)
 
     def __post_init__(self) -> None:

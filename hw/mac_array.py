@@ -88,6 +88,7 @@ from hw.params import ChipParams, log2, require_instance
 from hw.weight_store import BEAT_BYTES, WeightStore, WeightStoreParams, read_cmd_layout, read_data_layout, \
     write_layout
 from nano_k3 import fxp_ops
+from nano_k3.config import GROUP_SIZES
 
 
 class MacArray(wiring.Component):
@@ -130,9 +131,6 @@ class MacArray(wiring.Component):
 
 
 # ---- build registry hooks (rtl_gen.emit BLOCKS entry) ------------------------------------------------
-_BANKS = {"nano": 8, "tiny": 2}     # lane groups per preset: nano 128 lanes, tiny 32 (fast simulation)
-
-
 EMB_RECORDS = ("emb.q", "emb.s", "emb.z")    # the image's first records (SPEC §4): the embedding table
 
 
@@ -151,20 +149,17 @@ def store_block(cfg, group: int) -> tuple[int, int, int]:
 
 def emb_table_bytes(cfg) -> int:
     """Bytes of the embedding table (with its padding) at the larger of the two group sizes."""
-    return max(first - table for table, first, _ in (store_block(cfg, g) for g in (64, 128)))
+    return max(first - table for table, first, _ in (store_block(cfg, g) for g in GROUP_SIZES))
 
 
 def mac_array_params_for(chip: ChipParams) -> MacArrayParams:
-    """The MAC array of a chip build: sizes from the model of the same name (both group sizes)."""
-    from nano_k3.config import PRESETS
+    """The MAC array of a chip build: ``chip.mac_banks`` lane groups, sizes from its model (both group sizes)."""
     from nano_k3.tensors import MatSpec, tensor_specs
-    if chip.name not in PRESETS or chip.name not in _BANKS:
-        raise ValueError(f"no MAC array preset for chip {chip.name!r}; known: {sorted(_BANKS)}")
-    cfg = PRESETS[chip.name]
+    cfg = chip.model
     mats = [s for s in tensor_specs(cfg) if isinstance(s, MatSpec) and not s.emb]
-    beats = max((end - first) // BEAT_BYTES for _, first, end in (store_block(cfg, g) for g in (64, 128)))
+    beats = max((end - first) // BEAT_BYTES for _, first, end in (store_block(cfg, g) for g in GROUP_SIZES))
     pow2 = lambda v: 1 << (v - 1).bit_length()      # noqa: E731
-    return MacArrayParams(store=WeightStoreParams(banks=_BANKS[chip.name], beats=beats),
+    return MacArrayParams(store=WeightStoreParams(banks=chip.mac_banks, beats=beats),
                           max_fan_in=pow2(max(s.fan_in for s in mats)),
                           max_fan_out=pow2(max(s.fan_out for s in mats)),
                           min_fan_out=min(s.fan_out for s in mats))

@@ -75,9 +75,9 @@ from amaranth.lib.data import ArrayLayout, StructLayout
 from amaranth.lib.wiring import In, Out
 
 from hw.mla_params import MlaParams
-from hw.mla_params import PRESETS as MLA_PRESETS
 from hw.mla_passes import context_pass, controller, lane_multipliers, normalise, output, score_pass
 from hw.params import require_instance
+from hw.program import LANES
 from hw.roms import ROM_DIR
 from nano_k3.fxp_ops import X
 
@@ -190,16 +190,17 @@ def _storage_and_geometry(m: Module, ctx) -> None:
 
 # --- rtl_gen entry ----------------------------------------------------------------------------------
 def mla_params_for(chip_params) -> MlaParams:
-    """The MLA build maxima of a chip preset (nano maxima for every preset without its own)."""
-    return MLA_PRESETS.get(chip_params.name, MLA_PRESETS["nano"])
+    """The chip's MLA engine: its model's dimensions, a VRF word (``LANES`` elements) per cache word."""
+    return MlaParams.for_model(chip_params.model, LANES)
 
 
-def mla_engine_block(chip_params) -> MlaEngine:
-    return MlaEngine(mla_params_for(chip_params))
+def mla_engine_block(chip_params, params: MlaParams | None = None) -> MlaEngine:
+    """The block rtl_gen emits (``params``: another build for the tests)."""
+    return MlaEngine(params or mla_params_for(chip_params))
 
 
-def mla_engine_derived(chip_params) -> dict:
-    p = mla_params_for(chip_params)
+def mla_engine_derived(chip_params, params: MlaParams | None = None) -> dict:
+    p = params or mla_params_for(chip_params)
     return {
         "params": dataclasses.asdict(p),
         "row_words": p.row_words, "word_bits": p.word_bits, "cache_bits": p.cache_bits,

@@ -49,11 +49,11 @@ class MlaParams:
     earlier chunk's normalisation overlaps the next chunk unless t + 1 is shorter), less what the output
     hides: a head's beats leave while the next heads are normalised."""
 
-    max_heads: int = 2
-    max_dk: int = 32
-    max_dr: int = 16
-    max_dv: int = 32
-    max_seq: int = 64
+    max_heads: int         # the model's dimensions (``for_model``)
+    max_dk: int
+    max_dr: int
+    max_dv: int
+    max_seq: int
     lanes: int = 16        # elements per cache word = multipliers per head
     norm_units: int = 4    # ApplyMant units = lanes normalised per cycle (a power of two dividing lanes)
 
@@ -253,10 +253,3 @@ class MlaParams:
 SCORE_DRAIN = 8     # score pipeline drain (adder tree of 8 or 16 lanes) + pass switches (measured)
 CTX_DRAIN = 13      # context pipeline + ApplyMant + q buffer write and read to the last output beat (measured)
 RECIP_LATENCY = 5   # hw.lib.lut.Recip.LATENCY: the reciprocals of sum e, once per position after chunk 0
-
-
-PRESETS = {
-    "nano": MlaParams(),
-    # one ApplyMant per lane: the tests' build of the unshared normalisation (nano shares 4 among 16 lanes)
-    "tiny": MlaParams(max_heads=1, max_dk=16, max_dr=8, max_dv=16, max_seq=64, lanes=8, norm_units=8),
-}

@@ -18,6 +18,8 @@ import json
 import math
 from dataclasses import dataclass
 
+from nano_k3.config import PRESETS as MODEL_PRESETS
+from nano_k3.config import ModelConfig
 from nano_k3.fxp_ops import A as MAC_INPUT
 
 NIBBLE_MAX = 15          # int4 weights are unsigned nibbles 0..15 (SPEC §4.3)
@@ -69,7 +71,8 @@ class ChipParams:
     """Hardware parameters of one chip build (overrides via ``dataclasses.replace``)."""
 
     name: str = "nano"
-    mac_lanes: int = 16         # output columns per beat = bytes per 16 B memory beat (SPEC §3)
+    mac_lanes: int = 16         # columns of the dequant_mac skeleton block (bytes of a 16 B beat it takes)
+    mac_banks: int = 8          # weight-store banks = MAC array lane groups (16 columns each: nano 128 lanes)
     act_bits: int = MAC_INPUT.bits  # signed MAC-input mantissa width (fixed-point format A)
     scale_bits: int = 16        # Q3.12 group scale (SPEC §4.3)
     scale_frac: int = 12
@@ -90,6 +93,7 @@ class ChipParams:
         int_in("mac_lanes", self.mac_lanes, 1, 256)
         if self.mac_lanes & (self.mac_lanes - 1):
             raise ValueError(f"mac_lanes must be a power of two (bytes of a memory beat), got {self.mac_lanes}")
+        pow2_at_least("mac_banks", self.mac_banks, 1, "weight-store banks")
         int_in("act_bits", self.act_bits, 2, 32)
         int_in("scale_bits", self.scale_bits, 2, 32)
         int_in("scale_frac", self.scale_frac, 0, self.scale_bits - 1)
@@ -106,6 +110,15 @@ class ChipParams:
         if (isinstance(self.clock_ns, bool) or not isinstance(self.clock_ns, (int, float))
                 or not math.isfinite(self.clock_ns) or self.clock_ns <= 0):
             raise ValueError(f"clock_ns must be a positive finite number, got {self.clock_ns!r}")
+
+    @property
+    def model(self) -> ModelConfig:
+        """The model this chip is built for: the ``nano_k3.config`` preset of the same name. Every model
+        dimension a generator needs (engine sizes, header checks, program) comes from here."""
+        if self.name not in MODEL_PRESETS:
+            raise ValueError(f"no model preset named {self.name!r} for chip {self.name!r}; "
+                             f"valid: {', '.join(sorted(MODEL_PRESETS))}")
+        return MODEL_PRESETS[self.name]
 
     # Value ranges ------------------------------------------------------------------------------
     @property
@@ -189,7 +202,7 @@ class ChipParams:
 PRESETS: dict[str, ChipParams] = {
     "nano": ChipParams(),
     # a narrow variant that simulates fast; same arithmetic, fewer lanes
-    "tiny": ChipParams(name="tiny", mac_lanes=4, max_fan_in=128, norm_lanes=4, mix_lanes=1, kda_lanes=1),
+    "tiny": ChipParams(name="tiny", mac_lanes=4, mac_banks=2, max_fan_in=128, norm_lanes=4, mix_lanes=1, kda_lanes=1),
 }
 
 

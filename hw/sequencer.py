@@ -67,15 +67,14 @@ from hw.chip_glue import Combine
 from hw.chip_load import ADDR_BITS, DESC_BANKS, header_checks, load_states
 from hw.chip_roms import lut_rom_name, program_rom, share_lut_roms, shared_roms
 from hw.emb_fetch import EmbFetch
-from hw.kda_engine import KdaEngine, KdaParams
+from hw.kda_engine import KdaEngine, kda_params_for
 from hw.lib.lut_rom import rom_images
 from hw.lib.pipe import Streamed
 from hw.logits_writer import LogitsWriter
 from hw.mac_array import EMB_RECORDS, MacArray, mac_array_params_for
 from hw.mac_input import MacInput
 from hw.mem_engine import MemEngine, MemPortSignature
-from hw.mla_engine import MlaEngine
-from hw.mla_params import MlaParams
+from hw.mla_engine import MlaEngine, mla_params_for
 from hw.moe_router import MoeRouter, MoeRouterParams
 from hw.norm_unit import NormParams, NormUnit
 from hw.params import ChipParams, pow2_ceil, require_instance
@@ -84,7 +83,6 @@ from hw.res_mixer import ResMixer, ResMixerParams
 from hw.roms import ROM_DIR, RomImage
 from hw.vector_unit import Elementwise
 from hw.vrf import Sram
-from nano_k3.config import PRESETS as MODEL_PRESETS
 from nano_k3.config import ModelConfig
 from nano_k3.fixed import mla_score_const
 from nano_k3.fxp_ops import X
@@ -95,7 +93,7 @@ RSP_DONE = 0x0000D0DE
 
 @dataclass(frozen=True)
 class ChipBuild:
-    """Everything one chip build is made of, derived from ChipParams (the model preset of the same name)."""
+    """Everything one chip build is made of, derived from ChipParams and its model (``ChipParams.model``)."""
 
     chip: ChipParams
     cfg: ModelConfig
@@ -120,10 +118,7 @@ class ChipBuild:
 
 
 def chip_build(chip: ChipParams, rom_dir: str = ROM_DIR) -> ChipBuild:
-    if chip.name not in MODEL_PRESETS:
-        raise ValueError(f"no model preset named {chip.name!r} for the chip build; known: {sorted(MODEL_PRESETS)}")
-    cfg = MODEL_PRESETS[chip.name]
-    return ChipBuild(chip, cfg, program_for(cfg), rom_dir)
+    return ChipBuild(chip, chip.model, program_for(chip.model), rom_dir)
 
 
 class ChipCore(wiring.Component):
@@ -183,8 +178,8 @@ def _engines(m: Module, ctx) -> None:
     router = m.submodules.router = MoeRouter(MoeRouterParams(max_experts=max(2, cfg.n_experts),
                                                              max_top_k=cfg.top_k), rom_dir=b.rom_dir,
                                              roms=roms["router"])
-    kda = m.submodules.kda = KdaEngine(KdaParams.for_model(cfg, KL), rom_dir=b.rom_dir, roms=roms["kda"])
-    mla = m.submodules.mla = MlaEngine(MlaParams.for_model(cfg, L), rom_dir=b.rom_dir, roms=roms["mla"])
+    kda = m.submodules.kda = KdaEngine(kda_params_for(chip), rom_dir=b.rom_dir, roms=roms["kda"])
+    mla = m.submodules.mla = MlaEngine(mla_params_for(chip), rom_dir=b.rom_dir, roms=roms["mla"])
     comb = m.submodules.combine = Combine(top_k=cfg.top_k, lanes=CL)
     m.d.comb += [mla.heads.eq(cfg.mla_heads), mla.dk.eq(cfg.mla_dk), mla.dr.eq(cfg.mla_dr),
                  mla.dv.eq(cfg.mla_dv), mla.score_const.eq(mla_score_const(cfg.mla_dk + cfg.mla_dr))]
@@ -243,7 +238,7 @@ def _run_state(m: Module, ctx) -> None:
 def _memory_port(m: Module, ctx) -> None:
     """The memory engine's users: the load phase's reads, the embedding fetcher, the logits writer
     and the control FSM's own writes."""
-    cfg, chip, L, mem, w, emb_addr, pos = ctx.cfg, ctx.chip, ctx.L, ctx.mem, ctx.w, ctx.emb_addr, ctx.pos
+    cfg, chip, L, mem, h, emb_addr, pos = ctx.cfg, ctx.chip, ctx.L, ctx.mem, ctx.h, ctx.emb_addr, ctx.pos
     seq_len = ctx.seq_len
     # Memory-engine hookups. Reads: the control FSM's load-phase ranges (header, descriptors, tensor
     # block; their beats go to it while ``load_rx``), otherwise the embedding fetcher's (its requests
@@ -256,7 +251,7 @@ def _memory_port(m: Module, ctx) -> None:
     load_rx, seq_wr = Signal(), Signal()
     fetch0 = Signal()                        # position 0's fetch starts with the tensor block's read
     m.d.comb += [mem.o.ready.eq(1), fetch.beat.valid.eq(mem.o.valid & ~load_rx),
-                 fetch.beat.payload.eq(mem.o.payload), fetch.tok_addr.eq(w[24]),
+                 fetch.beat.payload.eq(mem.o.payload), fetch.tok_addr.eq(h.tokens_addr),
                  fetch.q_addr.eq(emb_addr[0]), fetch.s_addr.eq(emb_addr[1]), fetch.z_addr.eq(emb_addr[2]),
                  fetch.pos.eq(Mux(fetch0, 0, pos + 1))]
     with m.If(fetch.rd.valid):
@@ -271,7 +266,7 @@ def _memory_port(m: Module, ctx) -> None:
 
 def _finish_states(m: Module, ctx) -> None:
     """The end of a run: the status word (after every logits beat), the memory engine drained, DONE."""
-    core, status_ok, lw, seq_wr, wr, w = ctx.core, ctx.status_ok, ctx.lw, ctx.seq_wr, ctx.wr, ctx.w
+    core, status_ok, lw, seq_wr, wr, h = ctx.core, ctx.status_ok, ctx.lw, ctx.seq_wr, ctx.wr, ctx.h
     status_word, mem, fetch = ctx.status_word, ctx.mem, ctx.fetch
     with m.State("ERR"):
         with m.If(status_ok):
@@ -280,7 +275,7 @@ def _finish_states(m: Module, ctx) -> None:
             m.next = "DRAIN"
     with m.State("STATUS"):           # the last write: after every logits beat
         with m.If(lw.drained):
-            m.d.comb += [seq_wr.eq(1), wr.valid.eq(1), wr.payload.addr.eq(w[27]),
+            m.d.comb += [seq_wr.eq(1), wr.valid.eq(1), wr.payload.addr.eq(h.status_addr),
                          wr.payload.data.eq(status_word), wr.payload.strb.eq(-1)]
             with m.If(wr.ready):
                 m.next = "DRAIN"

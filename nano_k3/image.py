@@ -48,7 +48,12 @@ HEADER_LAYOUT_WORDS = {
     26: "argmax_addr", 27: "status_addr", 28: "scratch_addr", 29: "scratch_size",
     30: "logits_stride", 31: "seq_len",
 }
-WORD_MAGIC, WORD_VERSION, WORD_BITMAP = 0, 1, 21
+WORD_MAGIC, WORD_VERSION, WORD_BITMAP, WORD_POSITIONS = 0, 1, 21, 31
+HEADER_USED_WORDS = WORD_POSITIONS + 1      # words 0..31 carry values, the rest are zero
+# Every used header word by the name of what it holds (the chip's header registers are read by name).
+HEADER_WORD = {"magic": WORD_MAGIC, "version": WORD_VERSION, "layer_bitmap": WORD_BITMAP,
+               **{f: i for i, f in HEADER_CFG_WORDS.items()},
+               **{f: i for i, f in HEADER_LAYOUT_WORDS.items() if i != WORD_POSITIONS}, "positions": WORD_POSITIONS}
 
 ROUTED_EXPERT = re.compile(r"\.moe\.e\d+\.")  # "L0.moe.e3.g": routed, not the shared expert
 
@@ -497,7 +502,7 @@ def _check_header(words: np.ndarray, problems: _Problems) -> ModelConfig | None:
                               (29, scratch_size(cfg), "scratch size")):
         if problem := _word_problem(words, i, expected, what):
             problems.append(problem)
-    reserved = [i for i in range(32, HEADER_WORDS) if words[i]]
+    reserved = [i for i in range(HEADER_USED_WORDS, HEADER_WORDS) if words[i]]
     if reserved:
         problems.append(f"header words 32..63 must be 0; word {reserved[0]} = 0x{int(words[reserved[0]]):x}"
                         + (f" and {len(reserved) - 1} more are not" if len(reserved) > 1 else ""))

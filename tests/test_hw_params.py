@@ -11,7 +11,7 @@ from hw.params import PRESETS, ChipParams, preset, signed_bits
     ("mac_lanes", 0), ("mac_lanes", 12), ("mac_lanes", 16.0), ("act_bits", 1), ("act_bits", True),
     ("scale_frac", 16), ("zero_bits", 3), ("max_fan_in", 511), ("max_fan_in", 0),
     ("clock_ns", 0.0), ("clock_ns", -1.0), ("clock_ns", float("nan")), ("clock_ns", "10"), ("name", "a b"),
-    ("norm_lanes", 3), ("norm_lanes", 16), ("ew_lanes", 8), ("ew_lanes", 0), ("mix_lanes", 8), ("comb_lanes", 3),
+    ("mac_banks", 0), ("mac_banks", 3), ("norm_lanes", 3), ("norm_lanes", 16), ("ew_lanes", 8), ("ew_lanes", 0), ("mix_lanes", 8), ("comb_lanes", 3),
 ])
 def test_bad_value_is_rejected_with_the_value_in_the_message(field, value):
     with pytest.raises(ValueError) as e:
@@ -31,6 +31,13 @@ def test_presets_and_unknown_name():
         assert isinstance(p, ChipParams), name
     with pytest.raises(ValueError, match=r"unknown chip preset 'huge'.*nano"):
         preset("huge")
+
+
+def test_model_is_the_model_preset_of_the_same_name():
+    from nano_k3.config import NANO, TINY
+    assert preset("nano").model is NANO and preset("tiny").model is TINY
+    with pytest.raises(ValueError, match=r"no model preset named 'other'.*valid: nano, tiny"):
+        dataclasses.replace(ChipParams(), name="other").model
 
 
 @pytest.mark.parametrize("lo, hi, bits", [(0, 0, 1), (-1, 0, 1), (0, 1, 2), (-128, 127, 8), (-129, 127, 9),

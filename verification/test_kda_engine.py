@@ -436,14 +436,17 @@ async def kda_latency(dut):
 # ---- pytest runners --------------------------------------------------------------------------------------
 # build id: (chip preset, lanes, random positions): 1,000 random positions in total, plus 23 named
 # edge-case positions per build; each run's count is printed by the cocotb log ("kda_random: N ...").
+# Every build has two layers (the chip's model has one KDA layer): sequences interleave on them, so the
+# layer's state and history addressing is tested too.
+TEST_LAYERS = 2
 BUILDS = {"tiny-l1": ("tiny", 1, 350), "tiny-l2": ("tiny", 2, 350), "nano-l2": ("nano", 2, 150),
           "nano-l1": ("nano", 1, 150)}
 
 
 @pytest.mark.parametrize("build", list(BUILDS))
 def test_kda_engine(build):
-    """The chip preset's KDA dimensions at ``lanes`` elements a transfer (the preset's own lane count is
-    the block rtl_gen emits), registered as a block for this test only."""
+    """The chip preset's KDA dimensions at ``lanes`` elements a transfer on ``TEST_LAYERS`` layers,
+    registered as a block for this test only."""
     from dataclasses import replace
     from functools import partial
     from unittest import mock
@@ -458,7 +461,7 @@ def test_kda_engine(build):
     positions = int(os.environ.get(POS_ENV, positions))     # a quick run with fewer
     chip = preset(preset_name)
     name = f"kda_engine_{build.replace('-', '_')}"
-    kp = replace(kda_params_for(chip), lanes=lanes)
+    kp = replace(kda_params_for(chip), lanes=lanes, max_layers=TEST_LAYERS)
     extra = {name: replace(BLOCKS["kda_engine"], build=partial(kda_engine_block, params=kp),
                            derived=partial(kda_engine_derived, params=kp))}
     with mock.patch.dict(BLOCKS, extra):

@@ -252,32 +252,45 @@ async def mla_max_seq(dut):
 
 
 # ---- pytest runner -------------------------------------------------------------------------------------
-# Chip presets to build: nano (16 lanes, 4 normalisation units: 4 steps per head and chunk; nano maxima;
-# tiny, nano and odd runtime dims) and tiny (8 lanes, 8 units: one step per head; tiny maxima).
-# Position-steps per build: random + 61 edge + 2 x max_seq + 3 per other dims.
+# Chip presets to build: nano (the chip's engine: 16 lanes, 4 normalisation units: 4 steps per head and
+# chunk; nano maxima; tiny, nano and odd runtime dims) and tiny (the tiny model's maxima at max_seq 64, 8
+# lanes, 8 units: one step per head, the unshared normalisation). Position-steps per build: random + 61
+# edge + 2 x max_seq + 3 per other dims.
 BUILDS = {"nano": 700, "tiny": 120}
+TEST_BUILDS = {"tiny": {"max_seq": 64, "lanes": 8, "norm_units": 8}}     # changes to the chip preset's engine
 
 
 def _emit(sim_name: str, chip: str = "nano"):
+    from dataclasses import replace
+    from functools import partial
+    from unittest import mock
+
+    from hw.mla_engine import mla_engine_block, mla_engine_derived, mla_params_for
     from hw.params import preset
     from nano_k3 import luts
-    from rtl_gen.emit import emit, read_filelist
+    from rtl_gen.emit import BLOCKS, emit, read_filelist
     from hw.roms import ROM_SUBDIR, RTL_DIR
     from verification.runner import MODELS, SIM_ROOT
+    mp = replace(mla_params_for(preset(chip)), **TEST_BUILDS.get(chip, {}))
+    block = replace(BLOCKS["mla_engine"], build=partial(mla_engine_block, params=mp),
+                    derived=partial(mla_engine_derived, params=mp))
     # emitted as rtl/ in the simulator's working folder: the ROMs' "rtl/roms/<table>.hex" resolves there
-    out = emit("mla_engine", SIM_ROOT / sim_name / RTL_DIR, preset(chip))
+    with mock.patch.dict(BLOCKS, {"mla_engine": block}):
+        out = emit("mla_engine", SIM_ROOT / sim_name / RTL_DIR, preset(chip))
     luts.write_roms(out.verilog.parent / ROM_SUBDIR)
     return out, [*read_filelist(out.filelist), MODELS / "msh_rom.v", MODELS / "msh_sram.v"]
 
 
 def test_mla_params_rejected_with_value():
-    from hw.mla_engine import MlaEngine
-    from hw.mla_params import MlaParams
+    from dataclasses import replace
+
+    from hw.mla_engine import MlaEngine, mla_params_for
+    from hw.params import preset
     for kw, text in (({"lanes": 12}, "got 12"), ({"max_seq": 1}, "got 1"), ({"max_heads": 0}, "got 0"),
                      ({"max_dk": "32"}, "got '32'"), ({"norm_units": 3}, "got 3"),
                      ({"norm_units": 32}, "in 1..16, got 32"), ({"lanes": 2}, "in 1..2, got 4")):
         with pytest.raises(ValueError, match=text):
-            MlaParams(**kw)
+            replace(mla_params_for(preset("nano")), **kw)
     with pytest.raises(TypeError, match="got 3"):
         MlaEngine(3)
 
