@@ -32,7 +32,7 @@ from itertools import combinations
 import numpy as np
 
 from flow.lefdef import DefRow, Lef
-from flow.macro_map import MACRO_HALO_UM
+from flow.macro_map import MACRO_KEEPOUT_UM
 from flow.place_flat import (CORE_MARGIN_ROWS, CORE_MARGIN_SITES, MAX_PLACE_FANOUT, Floorplan, free_stretches,
                              pack_shelves)
 from flow.place_netlist import Design, PlaceError
@@ -356,7 +356,7 @@ def region_floorplan(d: Design, lef: Lef, utilization: float, synth: dict) -> Re
     if site is None:
         raise PlaceError(f"the tech LEF defines no SITE {SITE}")
     sw, rh = round(site.width_um * lef.dbu), round(site.height_um * lef.dbu)
-    halo = round(MACRO_HALO_UM * lef.dbu)
+    halo = round(MACRO_KEEPOUT_UM * lef.dbu)
     engines, rest, synth_area = engines_of(synth)
     names, region_of = assign(d, engines, rest)
     regions, region_of = _sized_regions(d, names, region_of, synth_area, utilization, halo, sw, rh)

@@ -6,7 +6,7 @@ An ``msh_sram`` of DEPTH x WIDTH becomes a grid of identical fakeram45 macros: `
 depth (the upper address bits select one through its chip enable; the read data is multiplexed) times
 ``cols`` macros side by side in width (the data bits split across them; every macro sees the address).
 Of all the PDK's sizes, the one whose grid has the least area wins, each macro counted with a
-``MACRO_HALO_UM`` keep-out ring (the channel the placer leaves around it, so eight small macros do not beat
+``MACRO_KEEPOUT_UM`` keep-out ring (the channel the placer leaves around it, so eight small macros do not beat
 two larger ones on paper); ties go to fewer macros, then to fewer wasted bits. Only grids of one macro size are considered: a mixed composition (say 64x32 plus
 64x7 for 64x39) saves little in this library and would need a different wrapper per instance.
 
@@ -40,8 +40,10 @@ REPO = Path(__file__).resolve().parent.parent
 # More macros than this for one instance means the shape is out of this library's reach (a 4 MiB array
 # would need 1000+ fakeram45_2048x39): better split the array in the RTL.
 MAX_MACROS_PER_INSTANCE = 256
-# Keep-out ring around every macro (um per side): no standard cell closer than this (flow/place.py uses it too).
-MACRO_HALO_UM = 2.0
+# Keep-out ring around every macro (um per side) in this repository's own floorplan and placer
+# (flow/floorplan.py, flow/place_flat.py): no standard cell closer than this. ORFS leaves its own, wider
+# halo (flow/orfs.py ORFS_MACRO_HALO_UM); the mapping's cost counts this one.
+MACRO_KEEPOUT_UM = 2.0
 
 
 class MacroMapError(ValueError):
@@ -67,7 +69,7 @@ class MacroSize:
     @property
     def footprint_um2(self) -> float:
         """Area including the keep-out ring."""
-        return (self.width_um + 2 * MACRO_HALO_UM) * (self.height_um + 2 * MACRO_HALO_UM)
+        return (self.width_um + 2 * MACRO_KEEPOUT_UM) * (self.height_um + 2 * MACRO_KEEPOUT_UM)
 
 
 # The cells a flip-flop msh_sram is made of: Nangate45 has no flip-flop with an enable, so every stored

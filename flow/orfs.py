@@ -61,7 +61,9 @@ CONTAINER_FLOW = "/OpenROAD-flow-scripts/flow"
 # designs (bp_fe_top: CORE_AREA 10.07 11.2 ...), room for the power grid's edge.
 SITE_W, SITE_H = 0.19, 1.4
 MARGIN_X, MARGIN_Y = 53 * SITE_W, 8 * SITE_H
-MACRO_HALO_UM = 10.0               # MACRO_PLACE_HALO: no standard cell closer than this to a macro
+# ORFS's MACRO_PLACE_HALO: no standard cell closer than this to a macro in the ORFS flow (wider than the
+# keep-out ring of this repository's own placer, flow/macro_map.py MACRO_KEEPOUT_UM).
+ORFS_MACRO_HALO_UM = 10.0
 STD_UTILIZATION = 0.45             # standard-cell area / the core area left beside the macros
 PLACE_DENSITY_LB_ADDON = 0.20      # ORFS: density = its computed lower bound + this
 PIN_PITCH_UM = 0.8                 # perimeter per I/O pin the die must offer (pins on metal 3/4 with spacing)
@@ -445,7 +447,7 @@ def shelf_pack(boxes: list[tuple[str, float, float]], width: float) -> tuple[lis
 
 def floorplan(std_area: float, macros: list[tuple[str, float, float]], n_io: int) -> dict:
     """A square core that holds the macros (with halo, in a shelf packing) and std_area at STD_UTILIZATION."""
-    halo_boxes = [(n, w + 2 * MACRO_HALO_UM, h + 2 * MACRO_HALO_UM) for n, w, h in macros]
+    halo_boxes = [(n, w + 2 * ORFS_MACRO_HALO_UM, h + 2 * ORFS_MACRO_HALO_UM) for n, w, h in macros]
     halo_area = sum(w * h for _, w, h in halo_boxes)
     need = std_area / STD_UTILIZATION
     side = max(math.sqrt(need + halo_area), n_io * PIN_PITCH_UM / 4, 20.0)
@@ -458,7 +460,7 @@ def floorplan(std_area: float, macros: list[tuple[str, float, float]], n_io: int
     die_w, die_h = round(core_w + 2 * MARGIN_X, 3), round(core_h + 2 * MARGIN_Y, 3)
     return {
         "std_cell_area_um2": round(std_area, 3), "std_utilization": STD_UTILIZATION,
-        "macro_halo_um": MACRO_HALO_UM, "macro_area_um2": round(sum(w * h for _, w, h in macros), 3),
+        "macro_halo_um": ORFS_MACRO_HALO_UM, "macro_area_um2": round(sum(w * h for _, w, h in macros), 3),
         "macro_area_with_halo_um2": round(halo_area, 3), "io_bits": n_io,
         "core": [round(MARGIN_X, 3), round(MARGIN_Y, 3), round(MARGIN_X + core_w, 3), round(MARGIN_Y + core_h, 3)],
         "die": [0, 0, die_w, die_h], "core_area_um2": round(core_w * core_h, 3), "die_area_um2": round(die_w * die_h, 3),
@@ -527,14 +529,14 @@ def config_mk(top: str, src_files: list[str], incdirs: list[str], defines: list[
                   _mk_list("ADDITIONAL_LIBS", [f"$(NK3_FAKERAM_DIR)/lib/{r}.lib" for r in rams]), ""]
     lines += [
         f"# Sized by flow/orfs.py (floorplan.json): {fp['std_cell_area_um2']:.0f} um2 of cells at "
-        f"{fp['std_utilization']:.0%}" + (f" beside {fp['macro_area_um2']:.0f} um2 of macros (+{MACRO_HALO_UM:g} um halo)."
+        f"{fp['std_utilization']:.0%}" + (f" beside {fp['macro_area_um2']:.0f} um2 of macros (+{ORFS_MACRO_HALO_UM:g} um halo)."
                                           if rams else ", no macros."),
         f"export DIE_AREA  = {die[0]} {die[1]} {die[2]} {die[3]}",
         f"export CORE_AREA = {core[0]} {core[1]} {core[2]} {core[3]}",
         f"export PLACE_DENSITY_LB_ADDON = {PLACE_DENSITY_LB_ADDON}",
     ]
     if rams:
-        lines.append(f"export MACRO_PLACE_HALO = {MACRO_HALO_UM:g} {MACRO_HALO_UM:g}")
+        lines.append(f"export MACRO_PLACE_HALO = {ORFS_MACRO_HALO_UM:g} {ORFS_MACRO_HALO_UM:g}")
     if hierarchical:
         lines.append("# Keep the module hierarchy so the macro placer can group macros with their logic.")
         lines.append("export SYNTH_HIERARCHICAL = 1")

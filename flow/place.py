@@ -44,7 +44,7 @@ from flow.cli import die_with_parent, job_count, publish, report_stage
 from flow.floorplan import RegionPlan, region_floorplan
 from flow.floorplan_out import draw_floorplan, floorplan_json
 from flow.lefdef import DefComponent, DefPin, Lef, LefError, read_lef, write_def
-from flow.macro_map import MACRO_HALO_UM, MacroMapError, storage_lib, table
+from flow.macro_map import MACRO_KEEPOUT_UM, MacroMapError, storage_lib, table
 from flow.parasitics import NetPins, RcModel, spef_header, steiner_factor, write_dnet
 from flow.place_flat import (MAX_PLACE_FANOUT, PLACER_DENSITY, Floorplan, floorplan, global_placement, legalize,
                              pin_xy, snap_to_sites)
@@ -380,12 +380,12 @@ def _result(s: dict, d: Design, fp: Floorplan, fj: dict, dbu: int, wires: dict, 
                       if regions else {})},
         "floorplan": ({"mode": "regions", "regions": len(fj["regions"]),
                        "macros": "packed in shelves along the edge of their engine's region that faces the fewest "
-                                 f"nets to other regions, FIXED, keep-out ring {MACRO_HALO_UM} um",
+                                 f"nets to other regions, FIXED, keep-out ring {MACRO_KEEPOUT_UM} um",
                        "io": "on the die edge next to the region their net reaches",
                        "file": files["floorplan"]} if regions else
                       {"mode": "flat",
                        "macros": "packed in shelves from the bottom-left corner, FIXED, keep-out ring "
-                                 f"{MACRO_HALO_UM} um; rows around and above them",
+                                 f"{MACRO_KEEPOUT_UM} um; rows around and above them",
                        "io": "inputs on the left then top edge, outputs on the right then bottom edge",
                        "file": files["floorplan"]}),
         "macros": [m.as_dict() for m in d.mappings],

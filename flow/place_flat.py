@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from flow.lefdef import DefRow, Lef
-from flow.macro_map import MACRO_HALO_UM
+from flow.macro_map import MACRO_KEEPOUT_UM
 from flow.place_netlist import Design, PlaceError, progress
 from pdk_config.nangate45 import SITE
 
@@ -70,7 +70,7 @@ def floorplan(d: Design, lef: Lef, utilization: float) -> Floorplan:
     if site is None:
         raise PlaceError(f"the tech LEF defines no SITE {SITE}")
     sw, rh = round(site.width_um * lef.dbu), round(site.height_um * lef.dbu)
-    halo = round(MACRO_HALO_UM * lef.dbu)
+    halo = round(MACRO_KEEPOUT_UM * lef.dbu)
     std_area = sum(w * h for w, h in zip(d.comp_w[:d.n_std], d.comp_h[:d.n_std]))
     macro_fp = sum((w + 2 * halo) * (h + 2 * halo) for w, h in zip(d.comp_w[d.n_std:], d.comp_h[d.n_std:]))
     widest = max([w + 2 * halo for w in d.comp_w[d.n_std:]], default=0)

@@ -12,7 +12,7 @@ from flow.floorplan import (BALANCE, FIT_SLACK, adjacent, arrange, bipartition, 
                             region_rows, shelf_blocks,
                             region_floorplan)
 from flow.floorplan_out import draw_floorplan, floorplan_json
-from flow.macro_map import MACRO_HALO_UM, storage_lib
+from flow.macro_map import MACRO_KEEPOUT_UM, storage_lib
 from flow.place import _read_lefs
 from flow.place_netlist import build_design, flatten
 from flow.synth import synthesize
@@ -184,7 +184,7 @@ def test_regions_tile_the_core_without_overlap(small):
 
 def test_region_area_is_cell_area_at_the_utilisation(small):
     *_, d, lef, plan = small
-    halo = round(MACRO_HALO_UM * lef.dbu)
+    halo = round(MACRO_KEEPOUT_UM * lef.dbu)
     for r in plan.regions:
         footprint = sum((d.comp_w[i] + 2 * halo) * (d.comp_h[i] + 2 * halo) for i in r.macros)
         assert r.target == pytest.approx(r.cell_area / 0.6 + footprint, rel=1e-9)     # nothing had to grow here
@@ -195,7 +195,7 @@ def test_region_area_is_cell_area_at_the_utilisation(small):
 
 def test_macros_sit_at_their_engines_region_edge(small):
     *_, d, lef, plan = small
-    halo = round(MACRO_HALO_UM * lef.dbu)
+    halo = round(MACRO_KEEPOUT_UM * lef.dbu)
     acc = next(r for r in plan.regions if r.name == "core/acc_u")
     assert [d.comp_name[i] for i in acc.macros] == ["core/acc_u/acc_sram/ram_0_0"]
     for r in plan.regions:
