@@ -21,7 +21,7 @@ SIGNOFF_CMD = $(PY) -m flow.signoff --place $(BUILD)/place --synth $(BUILD)/synt
 REPORT_CMD  = $(PY) -m flow.report --build $(BUILD) --out $(BUILD)/report
 
 # Steps that need the PDK check it first, so a bad NANGATE45_PDK stops them before any work.
-.PHONY: setup pdk doctor rtl lint sim synth sta report demo test blocks place signoff pnr bench gatesim clean
+.PHONY: setup pdk doctor rtl lint sim synth sta report readme demo test blocks place signoff pnr bench gatesim clean
 
 setup: $(STAMP)
 
@@ -53,6 +53,10 @@ sta: synth
 
 report: $(STAMP)
 	$(REPORT_CMD)
+
+# The README's results block, rewritten from the build's JSON (flow/readme_results.py).
+readme: $(STAMP)
+	$(PY) -m flow.readme_results --build $(BUILD) --readme README.md
 
 # The steps one after another, each once; pre-placement STA (one OpenSTA at a time) beside placement, which
 # leaves a CPU mostly idle. Each step's output goes to $(LOGS)/<step>.log while the terminal shows one status
