@@ -2,10 +2,13 @@
 
     python -m flow.blocks [--blocks dequant_mac mem_engine ...] [--out build/blocks] [--no-tests]
 
-For each block of the rtl_gen registry: emit its Verilog, synthesize it (``flow.synth``), time it at
-10 ns on the typical and slow corners (``flow.sta``), and run its cocotb test file
-(``verification/test_<block>.py``) under pytest. Prints one table and writes ``blocks.json``:
-cells, area (um^2), SRAM and ROM bits, worst slack per corner, and test status.
+For each block of the rtl_gen registry: emit its Verilog from the current source, synthesize it
+(``flow.synth``), time it at 10 ns on the typical and slow corners (``flow.sta``), and run its cocotb test
+file (``verification/test_<block>.py``) under pytest. Prints one table and writes ``blocks.json``, the same
+table as text (``blocks.txt``) and as Markdown (``blocks.md``, what the README points to): cells, area
+(um^2), SRAM and ROM bits, worst slack per corner, test status, and the emitted RTL's parameter hash and
+Verilog sha256, so a row says which RTL it measured. Every row of a table comes from one run; a run of
+some blocks (``--blocks``) writes a table of those only. The PDK is checked before any block starts.
 """
 from __future__ import annotations
 
@@ -19,11 +22,12 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from pdk_config import pdk_from_env
+from pdk_config import PdkError, find_pdk, pdk_from_env
 from rtl_gen.emit import BLOCKS
 
 REPO = Path(__file__).resolve().parent.parent
 CORNERS = ("typical", "slow")
+PERIOD_NS = 10.0      # flow.sta's default clock, which the STA step uses
 ENGINES = sorted(b for b in BLOCKS if b != "chip")   # the chip itself is `make synth sta`
 
 
@@ -58,7 +62,7 @@ def run_block(block: str, out: Path, tests: bool) -> dict:
         ("rtl", [sys.executable, "-m", "rtl_gen", "--block", block, "--out", str(out / "rtl")]),
         ("synth", [sys.executable, "-m", "flow.synth", "--rtl", str(out / "rtl"), "--out", str(out / "synth")]),
         ("sta", [sys.executable, "-m", "flow.sta", "--synth", str(out / "synth"), "--out", str(out / "sta"),
-                 "--corners", *CORNERS]),
+                 "--corners", *CORNERS, "--period", str(PERIOD_NS)]),
     ]
     for name, cmd in steps:
         t0 = time.monotonic()
@@ -67,6 +71,7 @@ def run_block(block: str, out: Path, tests: bool) -> dict:
             break
         print(f"  {block}: {name} done in {time.monotonic() - t0:.0f} s", flush=True)
     if "error" not in row:
+        config = json.loads((out / "rtl" / "config.json").read_text())
         synth = json.loads((out / "synth" / "synth.json").read_text())
         sta = json.loads((out / "sta" / "sta.json").read_text())
         inst = synth["macros"]["instances"]
@@ -76,6 +81,7 @@ def run_block(block: str, out: Path, tests: bool) -> dict:
             "sram_bits": sum(m["bits"] for m in inst if m["type"] == "msh_sram"),
             "rom_bits": sum(m["bits"] for m in inst if m["type"] == "msh_rom"),
             "wns_ns": {c: sta["corners"][c]["wns_ns"] for c in CORNERS},
+            "rtl": {"params_hash": config.get("params_hash"), "verilog_sha256": config.get("verilog_sha256")},
         })
     if tests:
         row["tests"] = _tests(block, out)
@@ -91,13 +97,35 @@ def table(rows: list[dict]) -> str:
         if "error" in r:
             lines.append(f"{r['block']:14} {r['error']}")
             continue
-        t = r.get("tests", {})
-        tests = t.get("status", "not run")
-        if "tests" in t:
-            tests += f" ({t['tests'] - t['failures'] - t['errors'] - t['skipped']}/{t['tests']})"
+        tests = _tests_text(r.get("tests", {}))
         lines.append(f"{r['block']:14} {r['cells']:8,} {r['area_um2']:11,.0f} {r['sram_bits']:10,} "
                      f"{r['rom_bits']:9,} " + " ".join(f"{r['wns_ns'][c]:12.3f}" for c in CORNERS) + f"  {tests}")
     return "\n".join(lines)
+
+
+def _tests_text(t: dict) -> str:
+    text = t.get("status", "not run")
+    if "tests" in t:
+        text += f" ({t['tests'] - t['failures'] - t['errors'] - t['skipped']}/{t['tests']})"
+    return text
+
+
+def markdown(rows: list[dict], command: str) -> str:
+    """The table as Markdown, headed by the command that measured every row of it."""
+    head = ["block", "cells", "area µm²", "SRAM bits", "ROM bits", *(f"WNS {c} ns" for c in CORNERS), "tests",
+            "RTL (params hash, Verilog sha256)"]
+    lines = [f"Measured by `{command}` (one run; {PERIOD_NS:g} ns clock, Nangate45).", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['block']} | {r['error']} |" + " |" * (len(head) - 2))
+            continue
+        rtl = r.get("rtl") or {}
+        cells = [r["block"], f"{r['cells']:,}", f"{r['area_um2']:,.0f}", f"{r['sram_bits']:,}", f"{r['rom_bits']:,}",
+                 *(f"{r['wns_ns'][c]:.3f}" for c in CORNERS), _tests_text(r.get("tests", {})),
+                 f"{rtl.get('params_hash')}, {str(rtl.get('verilog_sha256'))[:12]}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -108,6 +136,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     args.out = args.out.resolve()
     pdk_from_env()   # a relative $NANGATE45_PDK made absolute here: the steps run with cwd=REPO
+    try:
+        find_pdk()   # every block needs it for synthesis: stop before the first one, not in its log
+    except PdkError as e:
+        print(f"flow.blocks: error: {e}", file=sys.stderr)
+        return 1
     unknown = sorted(set(args.blocks) - set(BLOCKS))
     if unknown:
         ap.error(f"unknown blocks {unknown}; valid: {sorted(BLOCKS)}")
@@ -116,14 +149,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{block}:", flush=True)
         rows.append(run_block(block, args.out / block, not args.no_tests))
     text = table(rows)
+    command = "python -m flow.blocks --blocks " + " ".join(args.blocks)
     print(text)
     args.out.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=args.out, suffix=".json")
     with os.fdopen(fd, "w") as f:
-        json.dump({"schema": 1, "corners": list(CORNERS), "period_ns": 10.0, "blocks": rows,
-                   "command": "python -m flow.blocks --blocks " + " ".join(args.blocks)}, f, indent=2)
+        json.dump({"schema": 1, "corners": list(CORNERS), "period_ns": PERIOD_NS, "blocks": rows,
+                   "command": command}, f, indent=2)
     os.replace(tmp, args.out / "blocks.json")
     (args.out / "blocks.txt").write_text(text + "\n")
+    (args.out / "blocks.md").write_text(markdown(rows, command))
     failed = [r["block"] for r in rows if "error" in r or r.get("tests", {}).get("status", "pass") != "pass"
               and r.get("tests", {}).get("status") != "no test file"]
     return 1 if failed else 0
