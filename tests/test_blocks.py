@@ -1,5 +1,6 @@
 """flow.blocks: the table as text and Markdown (every row from one run, with the RTL it measured; a block that
 stopped says where), and a missing PDK stops the run before any block starts."""
+
 from flow import blocks
 from flow.blocks import CORNERS, markdown, table
 
