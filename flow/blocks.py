@@ -3,10 +3,10 @@
     python -m flow.blocks [--blocks dequant_mac mem_engine ...] [--out build/blocks] [--no-tests]
 
 For each block of the rtl_gen registry: emit its Verilog from the current source, synthesize it
-(``flow.synth``), time it at 10 ns on the typical and slow corners (``flow.sta``), and run its cocotb test
-file (``verification/test_<block>.py``) under pytest. Prints one table and writes ``blocks.json``, the same
-table as text (``blocks.txt``) and as Markdown (``blocks.md``, what the README points to): cells, area
-(um^2), SRAM and ROM bits, worst slack per corner, test status, and the emitted RTL's parameter hash and
+(``flow.synth``), time it at the chip's clock (``PERIOD_NS``) on the typical and slow corners (``flow.sta``),
+and run its cocotb test file (``verification/test_<block>.py``) under pytest. Prints one table and writes
+``blocks.json``, the same table as text (``blocks.txt``) and as Markdown (``blocks.md``, what the README points
+to): cells, area (um^2), SRAM and ROM bits, worst slack per corner, test status, and the emitted RTL's parameter hash and
 Verilog sha256, so a row says which RTL it measured. Every row of a table comes from one run; a run of
 some blocks (``--blocks``) writes a table of those only. The PDK is checked before any block starts.
 """
@@ -23,11 +23,13 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from pdk_config import PdkError, find_pdk, pdk_from_env
+from hw.params import preset
 from rtl_gen.emit import BLOCKS
 
 REPO = Path(__file__).resolve().parent.parent
 CORNERS = ("typical", "slow")
-PERIOD_NS = 10.0      # flow.sta's default clock, which the STA step uses
+PRESET = "nano"                         # the chip build whose blocks are emitted
+PERIOD_NS = preset(PRESET).clock_ns     # its clock (hw.params.ChipParams.clock_ns), the STA step's period
 ENGINES = sorted(b for b in BLOCKS if b != "chip")   # the chip itself is `make synth sta`
 
 
@@ -59,7 +61,7 @@ def run_block(block: str, out: Path, tests: bool) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     row: dict = {"block": block}
     steps = [
-        ("rtl", [sys.executable, "-m", "rtl_gen", "--block", block, "--out", str(out / "rtl")]),
+        ("rtl", [sys.executable, "-m", "rtl_gen", "--block", block, "--preset", PRESET, "--out", str(out / "rtl")]),
         ("synth", [sys.executable, "-m", "flow.synth", "--rtl", str(out / "rtl"), "--out", str(out / "synth")]),
         ("sta", [sys.executable, "-m", "flow.sta", "--synth", str(out / "synth"), "--out", str(out / "sta"),
                  "--corners", *CORNERS, "--period", str(PERIOD_NS)]),

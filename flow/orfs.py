@@ -46,13 +46,12 @@ from pathlib import Path
 from flow.macro_map import MacroMapError, Mapping, StorageLib, map_design, storage_lib, wrapper_area_um2
 from flow.orfs_metrics import MetricsError, collect_metrics, summary_text
 from flow.sta import DRIVING_CELL, IO_DELAY_FRACTION, OUTPUT_LOAD_FF
-from flow.synth import SynthError, load_rtl
+from flow.synth import SynthError, design_period_ns, load_rtl
 from pdk_config import PdkError, find_pdk, pdk_from_env
 
 REPO = Path(__file__).resolve().parent.parent
 PLATFORM = "nangate45"
 FLOW_VARIANT = "base"
-PERIOD_NS = 10.0                   # SPEC section 9, the same default as flow/sta.py
 CLOCK = "clk"
 DEFAULT_IMAGE = "openroad/orfs:latest"
 CONTAINER_FLOW = "/OpenROAD-flow-scripts/flow"
@@ -565,13 +564,14 @@ def _copy_sources(files: list[Path], incdirs: list[Path], dst: Path) -> tuple[li
     return names, inc
 
 
-def generate(synth_dir: Path, rtl_dir: Path, out: Path, period_ns: float = PERIOD_NS) -> dict:
+def generate(synth_dir: Path, rtl_dir: Path, out: Path, period_ns: float | None = None) -> dict:
     """Write the ORFS design folder; returns the description that is also written to ``<out>/design.json``."""
     sj = synth_dir / "synth.json"
     if not sj.is_file():
         raise OrfsError(f"{sj} not found: run `make synth` (python -m flow.synth) first")
     synth = json.loads(sj.read_text())
     top = synth["top"]
+    period_ns = design_period_ns(period_ns, synth, OrfsError)      # None: the RTL's clock
     try:
         rtl = load_rtl(rtl_dir, top)
         pdk = find_pdk()
@@ -717,7 +717,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--synth", type=Path, default=Path("build/synth"), help="folder with synth.json")
     ap.add_argument("--rtl", type=Path, default=Path("build/rtl"), help="folder with config.json + file list")
     ap.add_argument("--out", type=Path, default=Path("build/orfs"))
-    ap.add_argument("--period", type=float, default=PERIOD_NS, help="clock period, ns (default %(default)s)")
+    ap.add_argument("--period", type=float, help="clock period, ns (default: the RTL's, params.clock_ns of its "
+                                                 "config.json)")
     ap.add_argument("--run", action="store_true", help="run ORFS on the design and parse its metrics")
     ap.add_argument("--runner", choices=("auto", "local", "docker", "podman"), default="auto",
                     help="auto: FLOW_HOME if set, else docker, else podman")

@@ -53,7 +53,7 @@ from flow.place_netlist import (Design, PlaceError, build_design, flatten, flatt
 from flow.regions import GLOBAL, LEGAL, place_regions, reassign
 from flow.repair import RepairError, RepairResult, input_caps, repair, verify, write_verilog
 from flow.sta import StaError, run_sta
-from flow.synth import liberty_areas
+from flow.synth import design_period_ns, liberty_areas
 from pdk_config import PdkError, find_pdk
 from pdk_config.nangate45 import CORNERS
 
@@ -247,11 +247,12 @@ def _place_cells(module: dict, d: Design, fp: Floorplan, plan: RegionPlan | None
 
 
 def place(synth: Path, out: Path, utilization: float = 0.6, effort: int = 1, corners: list[str] | None = None,
-          period_ns: float = 10.0, clock: str = "clk", picture: bool = True,
+          period_ns: float | None = None, clock: str = "clk", picture: bool = True,
           cache: Path = REPO / "build" / "pdk_cache", repair_fanout: bool = True, flat: bool = False,
           jobs: int | None = None) -> dict:
     t_start = time.monotonic()
     s, netlist, macros_v, pdk = _inputs(synth, utilization, effort)
+    period_ns = design_period_ns(period_ns, s, PlaceError)      # None: the RTL's clock
     try:
         processes = job_count(jobs, "placement processes")
     except ValueError as e:
@@ -455,7 +456,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=None,
                     help="regions placed at a time, each in its own process (default: the CPUs this process may use)")
     ap.add_argument("--corners", nargs="+", default=list(CORNERS), choices=CORNERS)
-    ap.add_argument("--period", type=float, default=10.0, help="clock period in ns")
+    ap.add_argument("--period", type=float, help="clock period in ns (default: the RTL's, params.clock_ns of its "
+                                                 "config.json)")
     ap.add_argument("--clock", default="clk")
     ap.add_argument("--no-picture", action="store_true", help="skip the GDS and PNG")
     ap.add_argument("--no-repair", action="store_true", help="keep synthesis' buffer trees (flow/repair.py)")

@@ -1,11 +1,12 @@
 """Static timing of the synthesised netlist with OpenSTA, at the slow, typical and fast corners.
 
-    python -m flow.sta [--synth build/synth] [--out build/sta] [--corners slow typical fast] [--period 10]
+    python -m flow.sta [--synth build/synth] [--out build/sta] [--corners slow typical fast] [--period NS]
 
 One ``sta`` process per corner runs a generated Tcl script (written next to the results, so a run can
 be repeated by hand: ``sta -no_init -exit build/sta/<corner>.tcl``). The constraints, pre-layout:
 
-* one ideal clock on the ``--clock`` port (``clk``), ``--period`` ns (10 ns = 100 MHz, SPEC section 9);
+* one ideal clock on the ``--clock`` port (``clk``), ``--period`` ns (default: the clock the RTL was generated
+  for, ``params.clock_ns`` of its config.json: hw.params.ChipParams.clock_ns, 10 ns = 100 MHz, SPEC section 9);
 * input and output external delays of 20 % of the period on every other port: the chip's neighbour
   (the testbench's memory and command logic) is assumed to use a fifth of the cycle on its side;
 * inputs driven by a ``BUF_X2``, outputs loaded with 3 fF (about two gate inputs);
@@ -32,6 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from flow.cli import job_count, publish, report_stage
+from flow.synth import design_period_ns
 from flow.toolchain import ToolError, require
 from pdk_config import PdkError, find_pdk
 from pdk_config.nangate45 import CORNERS
@@ -181,11 +183,12 @@ def summary_text(r: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run_sta(synth: Path, out: Path, corners: list[str], period_ns: float, clock: str = "clk",
+def run_sta(synth: Path, out: Path, corners: list[str], period_ns: float | None = None, clock: str = "clk",
             cache: Path = REPO / "build" / "pdk_cache", parasitics: Path | None = None,
             netlist: Path | None = None, jobs: int | None = None,
             uncertainty: tuple[float, float] | None = None) -> dict:
-    """All corners, ``jobs`` OpenSTA processes at a time (default: one per CPU); ``parasitics``: a SPEF to
+    """All corners at ``period_ns`` (default: the RTL's clock, flow.synth.rtl_clock_ns), ``jobs`` OpenSTA
+    processes at a time (default: one per CPU); ``parasitics``: a SPEF to
     time with instead of the wire-load model (post-placement); ``netlist``: the netlist to time instead of
     synthesis' (the placed, repaired one of flow/place.py); ``uncertainty``: (setup, hold) clock uncertainty
     in ns (sign-off)."""
@@ -193,6 +196,7 @@ def run_sta(synth: Path, out: Path, corners: list[str], period_ns: float, clock:
     if not synth_json.is_file():
         raise StaError(f"{synth_json} not found: run `make synth` (python -m flow.synth) first")
     s = json.loads(synth_json.read_text())
+    period_ns = design_period_ns(period_ns, s, StaError)
     if netlist is None:
         netlist = synth / s["files"].get("sta_netlist", "")
         if not netlist.is_file():
@@ -266,7 +270,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--synth", type=Path, default=Path("build/synth"), help="folder with synth.json")
     ap.add_argument("--out", type=Path, default=Path("build/sta"))
     ap.add_argument("--corners", nargs="+", default=list(CORNERS), choices=CORNERS)
-    ap.add_argument("--period", type=float, default=10.0, help="clock period in ns")
+    ap.add_argument("--period", type=float, help="clock period in ns (default: the RTL's, params.clock_ns of its "
+                                                 "config.json)")
     ap.add_argument("--clock", default="clk", help="clock port")
     ap.add_argument("--jobs", type=int, help="OpenSTA processes at a time (default: one per CPU; `make demo` "
                                              "uses 1, placement runs beside it)")

@@ -59,7 +59,6 @@ UM2_PER_MIBIT = 1_000_000.0
 AREA_BUDGET_UM2 = 4_000_000.0         # SPEC section 9: 4.0 mm^2, logic + macros
 SRAM_BUDGET_BITS = 4 * 2**20 * 8      # SPEC section 9: 4 MiB of msh_sram + msh_rom
 CORNER = "typical"                    # SPEC section 9: area is measured at the typical corner
-ABC_PERIOD_PS = 10_000                # ABC's delay target (-D): the 10 ns clock of SPEC section 9
 
 # Port lists of SPEC section 5; only directions and widths matter to synthesis.
 MACRO_STUBS = """\
@@ -102,6 +101,30 @@ def progress(msg: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- inputs
+
+def rtl_clock_ns(config: dict, where: Path | str) -> float:
+    """The clock period the RTL was generated for: ``params.clock_ns`` of its config.json (``where``),
+    written by rtl_gen from hw.params.ChipParams. ABC's delay target and every later stage's default
+    ``--period`` (synth.json keeps the config under ``rtl.config``)."""
+    params = config.get("params")
+    clock = params.get("clock_ns") if isinstance(params, dict) else None
+    if isinstance(clock, bool) or not isinstance(clock, (int, float)) or not clock > 0:
+        raise SynthError(f"{where} has no positive params.clock_ns (rtl_gen writes it from hw.params.ChipParams), "
+                         f"got {clock!r}")
+    return float(clock)
+
+
+def design_period_ns(period_ns: float | None, synth_result: dict, error: type[Exception]) -> float:
+    """``period_ns`` (a stage's ``--period``) if given, else the clock of the RTL ``synth_result`` (synth.json)
+    was synthesised from; a missing clock raises ``error``."""
+    if period_ns is not None:
+        return period_ns
+    rtl = synth_result["rtl"]
+    try:
+        return rtl_clock_ns(rtl["config"], Path(rtl["dir"]) / "config.json")
+    except SynthError as e:
+        raise error(f"{e}; pass --period") from None
+
 
 @dataclass(frozen=True)
 class RtlInput:
@@ -173,6 +196,11 @@ def load_rtl(rtl_dir: Path, top: str | None = None) -> RtlInput:
     files, incdirs, defines = read_filelist(filelist)
     return RtlInput(rtl_dir, top, config, hashlib.sha256(raw).hexdigest(), filelist,
                     tuple(files), tuple(incdirs), tuple(defines))
+
+
+def abc_period_ps(rtl: RtlInput) -> int:
+    """ABC's delay target (-D): the RTL's clock (``rtl_clock_ns``) in ps."""
+    return round(1000 * rtl_clock_ns(rtl.config, rtl.rtl_dir / "config.json"))
 
 
 def liberty_areas(liberty: Path) -> dict[str, float]:
@@ -542,7 +570,7 @@ def build_result(rtl: RtlInput, stage: Path, liberty: Path, pdk, flatten: bool, 
                 "files": [str(f) for f in rtl.files], "config": rtl.config},
         "pdk": {"root": str(pdk.root), "found_by": pdk.found_by, "corner": CORNER, "liberty": str(liberty),
                 "dont_use": list(DONT_USE)},
-        "options": {"flatten": flatten, "full_adders": full_adders, "abc_delay_target_ps": ABC_PERIOD_PS,
+        "options": {"flatten": flatten, "full_adders": full_adders, "abc_delay_target_ps": abc_period_ps(rtl),
                     "hierarchy": "flat" if flatten
                     else "hierarchical: each module mapped on its own; breakdown by module and instance path"},
         "area": {
@@ -743,7 +771,8 @@ def synthesize(rtl_dir: Path, out: Path, top: str | None = None, flatten: bool =
     stage = out.with_name(out.name + ".tmp")
     job = {"top": rtl.top, "files": [str(f) for f in rtl.files], "include_dirs": [str(d) for d in rtl.include_dirs],
            "defines": list(rtl.defines), "liberty": str(liberty), "dont_use": list(DONT_USE),
-           "flatten": flatten, "full_adders": full_adders, "abc_period_ps": ABC_PERIOD_PS, "out": str(stage.resolve())}
+           "flatten": flatten, "full_adders": full_adders, "abc_period_ps": abc_period_ps(rtl),
+           "out": str(stage.resolve())}
     key = _inputs_key(job, rtl, liberty)
     done = _up_to_date(out, key)
     if done is not None:

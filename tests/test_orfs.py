@@ -347,7 +347,8 @@ def storage(tmp_path_factory):
     (rtl / "roms" / "big.hex").write_text("\n".join(f"{w:06x}" for w in words) + "\n")
     (rtl / "storage_mix.v").write_text(STORAGE_V)
     (rtl / "storage_mix.f").write_text("storage_mix.v\n")
-    (rtl / "config.json").write_text(json.dumps({"top": "storage_mix", "block": "storage_mix"}))
+    (rtl / "config.json").write_text(json.dumps({"top": "storage_mix", "block": "storage_mix",
+                                                          "params": {"clock_ns": 10.0}}))
     synth = synthesize(rtl, root / "synth")
     desc = orfs.generate(root / "synth", rtl, root / "orfs")
     return {"root": root, "rtl": rtl, "synth": synth, "desc": desc, "words": words, "dir": Path(desc["design_dir"])}

@@ -13,12 +13,13 @@ DATA = Path(__file__).parent / "data"
 def sta(tmp_path_factory):
     base = tmp_path_factory.mktemp("sta")
     synthesize(DATA / "mac_sram", base / "synth")
-    return base, run_sta(base / "synth", base / "sta", ["slow", "typical", "fast"], 10.0)
+    return base, run_sta(base / "synth", base / "sta", ["slow", "typical", "fast"])   # the RTL's clock
 
 
 def test_three_corners_with_sensible_numbers(sta):
     base, r = sta
     assert set(r["corners"]) == {"slow", "typical", "fast"}
+    assert r["period_ns"] == 10.0           # params.clock_ns of tests/data/mac_sram/config.json
     assert (base / "sta" / "sta.json").is_file() and (base / "sta" / "sta.txt").is_file()
     for corner, c in r["corners"].items():
         # an 8x8 multiply and a 24-bit add take well under a 10 ns cycle but more than 0.5 ns in 45 nm

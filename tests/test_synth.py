@@ -1,6 +1,7 @@
 """flow.synth on small designs of tests/data: a MAC with macros, a design with an inferred memory."""
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -92,6 +93,16 @@ def test_missing_pdk_fails_at_once(tmp_path, monkeypatch):
 def test_missing_config_names_the_step(tmp_path):
     with pytest.raises(SynthError, match="config.json not found.*rtl_gen"):
         synthesize(tmp_path, tmp_path / "synth")
+
+
+def test_missing_clock_names_the_field(tmp_path):
+    """ABC's delay target is the RTL's clock: a config.json without params.clock_ns stops synthesis, naming it."""
+    shutil.copytree(DATA / "mac_sram", tmp_path / "rtl")
+    cfg = json.loads((tmp_path / "rtl" / "config.json").read_text())
+    del cfg["params"]["clock_ns"]
+    (tmp_path / "rtl" / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(SynthError, match=r"config.json has no positive params.clock_ns.*got None"):
+        synthesize(tmp_path / "rtl", tmp_path / "synth")
 
 
 def test_filelist_rejects_unknown_options(tmp_path):
