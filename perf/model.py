@@ -72,6 +72,7 @@ from hw.rom_check import RomCheck
 from hw.sequencer import chip_build
 from hw.vector_unit import Elementwise
 from nano_k3.config import ModelConfig, preset
+from nano_k3.mem_timing import LONG_RUN
 
 # Engine constants come from the engine classes themselves (importing them elaborates nothing).
 MAC_LATENCY = MacArray.LATENCY
@@ -92,11 +93,11 @@ class ChipPerfParams:
     mix_lanes: int               # residual-mixer elements per cycle (hw.params.ChipParams.mix_lanes)
     comb_lanes: int              # MoE-combine elements per cycle (hw.params.ChipParams.comb_lanes)
     kda_lanes: int               # KDA engine input elements per cycle (hw.params.ChipParams.kda_lanes)
-    out_lanes: int = 16          # MAC results per output transfer (= VRF word)
+    clock_hz: float              # 1 / hw.params.ChipParams.clock_ns
+    out_lanes: int = LANES       # MAC results per output transfer (= VRF word)
     lw_depth: int = LogitsWriter.DEPTH      # logits writer FIFO, in chunks of out_lanes logits
-    mem_base: int = 24           # SPEC §3 read latency (long profile): base + uniform [0, jitter]
-    mem_jitter: int = 12
-    clock_hz: float = 100e6
+    mem_base: int = LONG_RUN.base       # SPEC §3 read latency (long profile): base + uniform [0, jitter]
+    mem_jitter: int = LONG_RUN.jitter
 
     def __post_init__(self) -> None:
         for k in ("mac_lanes", "banks", "out_lanes", "scale_lanes", "norm_lanes", "ew_lanes", "mix_lanes", "comb_lanes"):
@@ -493,7 +494,7 @@ def chip_perf_params(config: str = "nano", **override) -> ChipPerfParams:
     mp = mac_array_params_for(chip)
     return ChipPerfParams(**{**dict(mac_lanes=mp.lanes, banks=mp.store.banks, scale_lanes=mp.scale_lanes,
                                     norm_lanes=chip.norm_lanes, ew_lanes=chip.ew_lanes, mix_lanes=chip.mix_lanes,
-                                    comb_lanes=chip.comb_lanes, kda_lanes=chip.kda_lanes),
+                                    comb_lanes=chip.comb_lanes, kda_lanes=chip.kda_lanes, clock_hz=1e9 / chip.clock_ns),
                              **override})
 
 

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 import cocotb
 from cocotb.triggers import ReadOnly, RisingEdge
 
+from nano_k3.mem_timing import LONG_RUN, Timing
+
 BEAT = 16
 FNV64_OFFSET = 0xCBF29CE484222325
 FNV64_PRIME = 0x100000001B3
@@ -47,28 +49,6 @@ def stream_seed(seed: int, config: str, prompt_index: int, stream: str) -> int:
 
 class MemProtocolError(AssertionError):
     """The chip broke the memory-port handshake (SPEC §3)."""
-
-
-@dataclass(frozen=True)
-class Timing:
-    """A SPEC §3 timing profile."""
-
-    base: int = 24            # base read latency (48 in the latency-elasticity re-run)
-    jitter: int = 12          # J: jitter uniform in [0, J]
-    ready_drop: float = 0.0   # probability per cycle that mem_req_ready is low
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.base, int) or self.base < 1:
-            raise ValueError(f"base latency must be an integer ≥ 1, got {self.base!r}")
-        if not isinstance(self.jitter, int) or self.jitter < 0:
-            raise ValueError(f"jitter must be an integer ≥ 0, got {self.jitter!r}")
-        if not 0.0 <= self.ready_drop < 1.0:
-            raise ValueError(f"ready_drop must be in [0, 1), got {self.ready_drop!r}")
-
-
-LONG_RUN = Timing(base=24, jitter=12, ready_drop=0.0)
-SHORT_RUN = Timing(base=24, jitter=24, ready_drop=0.05)
-ELASTIC_RUN = Timing(base=48, jitter=24, ready_drop=0.05)
 
 
 @dataclass

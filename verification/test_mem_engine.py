@@ -16,14 +16,15 @@ import cocotb
 import pytest
 from cocotb.triggers import ReadOnly, RisingEdge
 
-from verification.mem_model import BEAT, Timing, MemoryModel
+from nano_k3.mem_timing import ELASTIC_RUN, LONG_RUN, SHORT_RUN, Timing
+from verification.mem_model import BEAT, MemoryModel
 from verification.tb import QueuedSource, RecordingSink, Stream, start_clock_and_reset
 
 PROFILES = {                      # SPEC §3 timing profiles used here
-    "b24_j12": Timing(base=24, jitter=12, ready_drop=0.0),
-    "b24_j24_d5": Timing(base=24, jitter=24, ready_drop=0.05),
-    "b48_j24_d5": Timing(base=48, jitter=24, ready_drop=0.05),
-    "b48_j24": Timing(base=48, jitter=24, ready_drop=0.0),
+    "b24_j12": LONG_RUN,
+    "b24_j24_d5": SHORT_RUN,
+    "b48_j24_d5": ELASTIC_RUN,
+    "b48_j24": Timing(base=ELASTIC_RUN.base, jitter=ELASTIC_RUN.jitter),
 }
 IMAGE_BYTES = 70_001              # not a multiple of 16: memory is rounded up (SPEC §3)
 WRITE_REGION = 0xC000             # reads stay below, writes at or above (no ordering between the two streams)
