@@ -11,6 +11,7 @@ from hw.chip_glue import ElemFeeder, WordFeeder
 from hw.chip_roms import TURNS
 from hw.norm_unit import NormOp
 from hw.program import INTERLEAVED, Opc
+from nano_k3.tensors import PARAM_BITS as PB
 
 
 def feeders(m: Module, ctx) -> None:
@@ -45,7 +46,7 @@ def feeders(m: Module, ctx) -> None:
     # feed routing
     m.d.comb += [
         *[norm.i.payload.v[k].eq(fo.payload.data[k]) for k in range(NL)],
-        *[norm.i.payload.w[k].eq(fo.payload.pa[16 * k:16 * k + 16]) for k in range(NL)],
+        *[norm.i.payload.w[k].eq(fo.payload.pa[PB * k:PB * k + PB]) for k in range(NL)],
         norm.i.payload.op.eq(NormOp.RMS), norm.i.payload.last.eq(fo.payload.final),
         *[mixer.i.payload.data[k][j].eq(fo.payload.data[k * ML + j]) for k in range(max_cands) for j in range(ML)],
         mixer.i.payload.n.eq(op.ns), mixer.i.payload.last.eq(fo.payload.final),
@@ -59,8 +60,8 @@ def feeders(m: Module, ctx) -> None:
         kda.i.payload.sel.eq(op.sel), kda.i.payload.idx.eq(fo.payload.idx),
         *[f.eq(v) for k in range(KL) for f, v in (
             (kda.i.payload.data[k], fo.payload.data[k]), (kda.i.payload.a[k], fo.payload.pb[:16]),   # one head
-            (kda.i.payload.dtb[k], fo.payload.pa[16 * k:16 * k + 16]),
-            (kda.i.payload.w[k], fo.payload.pa[16 * k:16 * k + 16]))],
+            (kda.i.payload.dtb[k], fo.payload.pa[PB * k:PB * k + PB]),
+            (kda.i.payload.w[k], fo.payload.pa[PB * k:PB * k + PB]))],
         kda.i.payload.layer.eq(op.layer),
         kda.i.payload.restart.eq(pos == 0), kda.i.payload.last.eq(fo.payload.final & op.last),
     ]

@@ -23,8 +23,7 @@ from hw.lib.pipe import clamp
 from hw.params import log2
 from hw.program import LANES, MAX_SRCS, PaMode, PbMode
 from nano_k3.fxp_ops import RW, X
-
-PARAM_BITS = 16
+from nano_k3.tensors import PARAM_BITS
 
 
 def feed_layout(max_n: int, entries: int = MAX_SRCS, pa_params: int = 4, pb_params: int = 2) -> StructLayout:

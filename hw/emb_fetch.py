@@ -36,7 +36,7 @@ from hw.mem_engine import SPEC_ADDR_WIDTH, SPEC_BEAT_BITS, read_beat_layout, rea
 from hw.params import int_in
 from hw.program import LANES
 from nano_k3.fxp_ops import X
-from nano_k3.int4 import SCALE_FRAC
+from nano_k3.int4 import SCALE_BITS, SCALE_FRAC
 
 TOKEN_BITS = 16          # token ids below 65,536 (the header's vocab is checked against the build's)
 BEAT_BYTES = SPEC_BEAT_BITS // 8
@@ -86,7 +86,7 @@ class EmbFetch(wiring.Component):
         req = Signal(range(ROW_Q + 2))            # the next read to request (ROW_Q + 1: all requested)
         got = Signal(range(ROW_Q + QB + 1))       # beats in so far: token, .s, .z, then the .q beats
         active = Signal()                         # between start and the last beat
-        scale = Signal(signed(16))
+        scale = Signal(signed(SCALE_BITS))
         zero = Signal(4)
         row = Signal(BEAT_BYTES * 8 * QB)
         token = self.token

@@ -10,9 +10,8 @@ from amaranth.lib.data import ArrayLayout, StructLayout
 
 from hw.params import int_in, pow2_at_least
 from nano_k3.fxp_ops import S, X
-from nano_k3.tensors import PARAM_FORMATS
+from nano_k3.tensors import PARAM_BITS, PARAM_FORMATS
 
-PARAM_BITS = 16                                   # every small parameter is an int16 / uint16 (SPEC §4.4)
 TAP_FRAC = PARAM_FORMATS["q4_11"][0]              # conv taps, dtb
 A_FRAC = PARAM_FORMATS["uq8_8"][0]                # A
 W_FRAC = PARAM_FORMATS["norm"][0]                 # onorm.w, gain = 2^W_FRAC + w

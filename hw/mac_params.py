@@ -10,9 +10,8 @@ from amaranth.lib.data import ArrayLayout, StructLayout
 from hw.params import ChipParams, NIBBLE_BITS, log2, signed_bits
 from hw.weight_store import BEAT_BYTES, WeightStoreParams
 from nano_k3 import fxp_ops
-from nano_k3.int4 import SCALE_FRAC
+from nano_k3.int4 import SCALE_BITS, SCALE_FRAC      # .s is int16 Q3.12 (SPEC §4.3)
 
-SCALE_BITS = 16            # .s is int16 Q3.12 (SPEC §4.3)
 ZERO_BITS = NIBBLE_BITS    # .z values 0..15 (SPEC §4.3); the low nibble of each uint8
 Q, Z, S0, S1 = range(4)    # kinds of store reads
 

@@ -44,9 +44,10 @@ from hw.roms import ROM_DIR
 from nano_k3 import fxp_math
 from nano_k3.config import L2_EPS, RMS_EPS
 from nano_k3.fxp_ops import SQ_FRAC, UNIT, X
+from nano_k3.tensors import PARAM_BITS, PARAM_FORMATS
 
-NORM_OFFSET_BITS = 16      # the Q2.13 norm offset w (int16 in the image, SPEC §4.4)
-NORM_OFFSET_FRAC = 13
+NORM_OFFSET_BITS = PARAM_BITS                       # the norm offset w, a small int16 parameter (SPEC §4.4) ...
+NORM_OFFSET_FRAC = PARAM_FORMATS["norm"][0]         # ... Q2.13
 
 
 class NormOp(enum.IntEnum):

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from nano_k3.config import PRESETS as MODEL_PRESETS
 from nano_k3.config import ModelConfig
 from nano_k3.fxp_ops import A as MAC_INPUT
+from nano_k3.int4 import SCALE_BITS, SCALE_FRAC
 
 NIBBLE_MAX = 15          # int4 weights are unsigned nibbles 0..15 (SPEC §4.3)
 NIBBLE_BITS = 4
@@ -74,8 +75,8 @@ class ChipParams:
     mac_lanes: int = 16         # columns of the dequant_mac skeleton block (bytes of a 16 B beat it takes)
     mac_banks: int = 8          # weight-store banks = MAC array lane groups (16 columns each: nano 128 lanes)
     act_bits: int = MAC_INPUT.bits  # signed MAC-input mantissa width (fixed-point format A)
-    scale_bits: int = 16        # Q3.12 group scale (SPEC §4.3)
-    scale_frac: int = 12
+    scale_bits: int = SCALE_BITS    # Q3.12 group scale (SPEC §4.3)
+    scale_frac: int = SCALE_FRAC
     zero_bits: int = 4          # zero point 0..15
     max_fan_in: int = 512       # largest fan-in the accumulators are sized for (exactness bound)
     clock_ns: float = 10.0      # target clock period (100 MHz)

@@ -10,9 +10,9 @@ from hw.lib.lut import ApplyMant
 from hw.lib.pipe import clamp, delay, eq_const, round_shift_const
 from nano_k3 import fxp_math
 from nano_k3.fxp_ops import SQ_FRAC, P, T, X
+from nano_k3.tensors import PARAM_BITS, PARAM_FORMATS
 
-PARAM_BITS = 16        # norm offset w and proj are int16 small parameters (SPEC §4.4)
-W_FRAC = 13            # norm offset Q2.13: gain = 2^13 + w (fxp_math.rmsnorm)
+W_FRAC = PARAM_FORMATS["norm"][0]      # norm offset w (Q2.13): gain = 2^W_FRAC + w (fxp_math.rmsnorm)
 
 STATES = {name: k + 1 for k, name in enumerate((
     "IDLE", "RSQRT", "RSQRT_WAIT", "SCORE", "SCORE_WAIT", "LOG2", "LOG2_WAIT",

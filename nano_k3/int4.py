@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-SCALE_FRAC = 12  # Q3.12 group scales
+SCALE_BITS = 16  # group scales are int16 (.s) ...
+SCALE_FRAC = 12  # ... Q3.12
 
 
 def pack_nibbles(q: np.ndarray) -> np.ndarray:

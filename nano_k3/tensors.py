@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from .config import ModelConfig
 
+PARAM_BITS = 16           # every small parameter is an int16 / uint16 in the image (SPEC §4.4)
 # Formats of the small int16 parameters (SPEC §4.4): name -> (fractional bits, signed).
 PARAM_FORMATS = {
     "norm": (13, True),   # Q2.13 gain offset: gain = 1 + v / 8192
