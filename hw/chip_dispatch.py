@@ -21,6 +21,8 @@ class RegFifo:
     infers no memory (flow.synth allows only msh_sram / msh_rom arrays): ``w_en`` / ``w_rdy`` /
     ``w_data`` and ``r_en`` / ``r_rdy`` / ``r_data``."""
 
+    LATENCY = 1          # a word pushed in cycle c can be read from c + 1 (the count ``n`` is a register)
+
     def __init__(self, m: Module, name: str, shape, depth: int):
         regs = Array(Signal(Shape.cast(shape).width, name=f"{name}_q{k}") for k in range(depth))
         rd, wr = Signal(range(depth), name=f"{name}_rd"), Signal(range(depth), name=f"{name}_wr")

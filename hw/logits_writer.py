@@ -115,6 +115,8 @@ class LogitsWriter(wiring.Component):
     every chunk is compared, until the next ``start``), ``drained`` (Out: every beat handed to ``wr``)."""
 
     DEPTH = 8            # chunks: one column block of the nano head (128 lanes), so its chunks never wait
+    FIRST_BEAT = 2       # a chunk pushed in cycle c offers its first beat on ``wr`` in c + 2 (the chunk count,
+                         # then ``ready``, are registers; the SRAM read of the head entry lands with ``ready``)
 
     def __init__(self, vocab: int, *, lanes: int = 16, depth: int = DEPTH, addr_width: int = SPEC_ADDR_WIDTH):
         try:

@@ -113,6 +113,11 @@ class MemEngine(wiring.Component):
     """
 
     COUNTER_WIDTH = 32
+    # Pipeline depths (no stalls): a range taken on ``rd_cmd`` in cycle c loads the range walker, whose first
+    # read enters the request register at the end of c + 1: on the port in c + 2. A response taken in cycle c
+    # is written to its slot and offered on ``o`` in c + 1.
+    REQ_LATENCY = 2
+    RSP_LATENCY = 1
 
     def __init__(self, *, addr_width: int = SPEC_ADDR_WIDTH, beat_bits: int = SPEC_BEAT_BITS,
                  max_inflight: int = 64, len_width: int = 24, counter_width: int = COUNTER_WIDTH):

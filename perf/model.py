@@ -36,14 +36,15 @@ Engine formulas used (no stalls):
           the port, each the memory engine's and the fetcher's pipeline cycles plus SPEC §3 latency at its
           expectation (base + J/2 for the token's one read, base + the expected maximum of the row's
           reads' jitter: later responses cannot overtake)
-The sequencer overheads (``SEQ``) and the engine constant without a formula in the engine
-(``MAC_INPUT_PASS``) were measured from the RTL with
-verification/phase_monitor.py on nano-g128-s48-long (``python -m verification.bench``), documented
-where they are defined; the fetch's are the pipeline depths of hw/mem_engine.py and hw/emb_fetch.py.
-With them every op of nano-g128-s48-long is predicted to the cycle except each MoE's third SwiGLU (a
-cycle late: matvec results wait for the element-wise unit's VRF writes) and EMB's wait, whose read
-latency is jitter; nano-g64-s64-long, not used for fitting, checks them (other group → other issue
-cycles, longer MLA cache).
+The sequencer overheads (``SeqOverheads``) are of three kinds, marked per field: states of the control
+FSM, pipeline depths named on the hardware classes (``RegFifo.LATENCY``, ``MemEngine.REQ_LATENCY`` /
+``RSP_LATENCY``, ``LogitsWriter.FIRST_BEAT``; read from them), and the empirical ones, ``FITTED``: read
+with verification/phase_monitor.py off one run, ``FITTED_RUN`` (nano-g128-s48-long), as the measured op
+cycles minus the engine formula. With them every op of that run is predicted to the cycle except each
+MoE's third SwiGLU (a cycle late: matvec results wait for the element-wise unit's VRF writes) and EMB's
+wait, whose read latency is jitter. verification/held_out.py scores the model on runs it was not read
+from (nano and tiny, both groups, stretched lengths, other seeds, two other lane configurations; ``make
+bench`` prints the table).
 
 Load phase: header (256 B), descriptor table and tensor block, each one read request stream through the
 16 B port at one beat a cycle plus the read latency (SPEC §3: base + jitter, in order); position 0's
@@ -59,13 +60,16 @@ import functools
 from dataclasses import dataclass, field
 
 from hw.chip_collect import MV_QUEUE
+from hw.chip_dispatch import RegFifo
 from hw.chip_glue import Combine
 from hw.kda_engine import KdaEngine, KdaParams
 from hw.logits_writer import BEAT_LOGITS, LogitsWriter
 from hw.mac_array import MacArray, store_block
+from hw.mem_engine import MemEngine
 from hw.mla_params import MlaParams
 from hw.moe_router import MoeRouter
 from hw.norm_unit import NormUnit
+from hw.params import ChipParams
 from hw.program import LANES, PRF_READERS, Op, Opc, program_for
 from hw.res_mixer import ResMixer
 from hw.rom_check import RomCheck
@@ -98,6 +102,7 @@ class ChipPerfParams:
     lw_depth: int = LogitsWriter.DEPTH      # logits writer FIFO, in chunks of out_lanes logits
     mem_base: int = LONG_RUN.base       # SPEC §3 read latency (long profile): base + uniform [0, jitter]
     mem_jitter: int = LONG_RUN.jitter
+    rom_check: int | None = None        # cycles of the ROM check (hw.rom_check.RomCheck.cycles of the build's ROMs)
 
     def __post_init__(self) -> None:
         for k in ("mac_lanes", "banks", "out_lanes", "scale_lanes", "norm_lanes", "ew_lanes", "mix_lanes", "comb_lanes"):
@@ -111,54 +116,64 @@ class ChipPerfParams:
                 raise ValueError(f"{k} must be an integer >= 0, got {getattr(self, k)!r}")
 
 
-# Sequencer overhead per op class, measured from the RTL (see the module docstring). Each entry is
-# the measured op cycles minus the engine formula above, constant over every op of the class and
-# every position in the nano g128 / g64 runs unless noted.
+# Sequencer overhead per op class beyond the engine formulas above. Each field is one of three kinds:
+#   [fsm] states of the control FSM (hw/chip_dispatch.py, hw/sequencer.py) every op of the class passes
+#         through, a cycle each;
+#   [hw]  a pipeline depth named on the hardware class that builds it (read from the class here, so a
+#         change of the RTL's constant changes the model);
+#   [fit] empirical: the measured op cycles minus the engine formula, read off the fitted run
+#         (``FITTED_RUN``) and listed in ``FITTED``. verification/held_out.py checks them on runs they were
+#         not read from (other chips, lane counts, groups, lengths, seeds).
 @dataclass(frozen=True)
 class SeqOverheads:
-    mv: int = 4                  # an MV that feeds its activations: DISPATCH, MV_SCAN2, MV_CMD + feeder /
+    mv: int = 4                  # [fit] an MV that feeds its activations: DISPATCH, MV_SCAN2, MV_CMD + feeder /
                                  # queue latency; its command is taken in its last cycle (its store
                                  # records were prefetched while the op before it ran)
-    keep_cmd: int = 1            # a keep MV's command is queued 1 cycle after it starts (DISPATCH)
-                                 # and taken once the MAC array has issued the previous matvec
-    mac_next: int = 1            # the MAC array takes the next command issue + 1 cycles after the last one
-    mac_lock: int = 2            # its store read port is free (PLD reads) issue + 2 cycles after a command
-    pld_read: int = 1            # a PLD's first store read: the cycle after its command (port free)
-    pld_write: int = 3           # readers may start this many cycles after its last store read
-    pld_release: int = 3         # the MAC array takes a command again this many cycles after the last read
-    mv_done: int = 1             # the last result is written; the queue is empty one cycle later
-    res_word: int = 1            # a residual matvec: each result word waits a cycle for p's word
-    act_cmd: int = 1             # an MV started while the array issues: its convert pass (one transfer a
+    keep_cmd: int = 1            # [fsm] a keep MV's command is queued after DISPATCH, in MV_CMD, and taken once
+                                 # the MAC array has issued the previous matvec
+    mac_next: int = 1            # [fit] the MAC array takes the next command issue + 1 cycles after the last one
+    mac_lock: int = 2            # [fit] its store read port is free (PLD reads) issue + 2 cycles after a command
+    pld_read: int = 1            # [fit] a PLD's first store read: the cycle after its command (port free)
+    pld_write: int = 3           # [fit] readers may start this many cycles after its last store read
+    pld_release: int = 3         # [fit] the MAC array takes a command again this many cycles after the last read
+    mv_done: int = 1             # [fit] the last result is written; the queue is empty one cycle later
+    res_word: int = 1            # [fit] a residual matvec: each result word waits a cycle for p's word
+    act_cmd: int = 1             # [fit] an MV started while the array issues: its convert pass (one transfer a
                                  # word) waits for the array, its command 1 cycle after the last word
-    cmd_fifo: int = 1            # a queued command reaches the MAC array 1 cycle after it is queued
-    mac_input_pass: int = 3      # per WordFeeder → MacInput pass, beyond one cycle a word
-    full_block: int = -1         # fan_out ≥ W: the last block's results leave one cycle earlier than
+    cmd_fifo: int = RegFifo.LATENCY      # [hw] a queued command reaches the MAC array (hw/chip_dispatch.py)
+    mac_input_pass: int = 3      # [fit] per WordFeeder → MacInput pass, beyond one cycle a word
+    full_block: int = -1         # [fit] fan_out ≥ W: the last block's results leave one cycle earlier than
                                  # issue + LATENCY + chunks − 1 (MacArray docstring: 64→64 measured 46): its
                                  # second scale read ends the issue one cycle after the last q read
-    pld: int = 2                 # DISPATCH, PLD_REQ: the copy itself runs in the background
-    fetch: int = 1               # FETCH: a position's first op is read from the ROM (counted in that op)
-    first_records: int = 1       # ... and if it is an MV or PLD, its store records are read meanwhile: its
+    pld: int = 2                 # [fsm] DISPATCH, PLD_REQ: the copy itself runs in the background
+    fetch: int = 1               # [fsm] FETCH: a position's first op is read from the ROM (counted in that op)
+    first_records: int = 1       # [fit] ... and if it is an MV or PLD, its store records are read meanwhile: its
                                  # DISPATCH waits one cycle more for them
-    emb: int = 1                 # EMB beyond its d/16 VRF word writes: DISPATCH (where it waits for its row)
-    # Pipeline depths of a read (hw/mem_engine.py, hw/emb_fetch.py), the fetch's two round trips:
-    req_path: int = 2            # a read range taken by the memory engine reaches the port 2 cycles later
-                                 # (its range walker, then its request register)
-    rsp_path: int = 2            # a response due at cycle c is in the fetcher's registers at the end of
-                                 # c + 1 (the engine's response slot, the capture): it acts at c + 2
-    load_exit: int = 3           # the first position's FETCH: 3 cycles after the last tensor beat is due
+    emb: int = 1                 # [fsm] EMB beyond its d/16 VRF word writes (EMB_W): DISPATCH, where it waits
+                                 # for its row
+    # A read's pipeline (hw/mem_engine.py, hw/emb_fetch.py), the fetch's two round trips:
+    req_path: int = MemEngine.REQ_LATENCY      # [hw] a read range taken by the memory engine reaches the port
+    rsp_path: int = MemEngine.RSP_LATENCY + 1  # [hw] a response due at cycle c is on the engine's ``o`` in c + 1,
+                                 # in the fetcher's registers at the end of c + 1 (EmbFetch's capture): it acts at c + 2
+    load_exit: int = 3           # [fit] the first position's FETCH: 3 cycles after the last tensor beat is due
                                  # (response slot, TENS_WAIT's last cycle, ROM_WAIT)
-    lw_first: int = 2            # a chunk pushed into the logits writer leaves as its first beat 2 cycles
-                                 # later (the SRAM write, then its read: hw/logits_writer.py)
-    elem: int = 4                # element ops: DISPATCH, feeder start + read latency
-    route: int = 1               # ROUTE beyond elem: the router's last pair to the collector
-    kda_seg: int = 4             # a KDA feed segment beyond its transfers
-    mla_seg: int = 4             # an MLA feed segment beyond its words
-    mla_last: int = 4            # the last MLA segment beyond the engine's attention cycles
-    end: int = 2                 # END: DISPATCH, the argmax word's write handshake
-    load_step: int = 3           # per load request: REQ state + CHECK/next-state transitions
-    rom_check: int = 0           # load cycles beyond RomCheck.cycles when the check is the longer (measured,
-                                 # tiny-g64-s16-long: 4,488 load cycles = RomCheck.cycles)
-    finish: int = 4              # STATUS write, DRAIN, RSP after the last position
+    lw_first: int = LogitsWriter.FIRST_BEAT    # [hw] a chunk pushed into the logits writer leaves as its first beat
+    elem: int = 4                # [fit] element ops: DISPATCH, feeder start + read latency
+    route: int = 1               # [fit] ROUTE beyond elem: the router's last pair to the collector
+    kda_seg: int = 4             # [fit] a KDA feed segment beyond its transfers
+    mla_seg: int = 4             # [fit] an MLA feed segment beyond its words
+    mla_last: int = 4            # [fit] the last MLA segment beyond the engine's attention cycles
+    end: int = 2                 # [fsm] END: DISPATCH, END (the argmax word's write, taken at once)
+    load_step: int = 3           # [fit] per load request: REQ state + CHECK/next-state transitions
+    finish: int = 4              # [fit] STATUS write, DRAIN, RSP after the last position
+
+
+# The empirical constants ([fit] above) and the run they were read from: the SPEC §8 throughput run
+# (verification/held_out.py FITTED_RUN; the bench's first run). Everything else is the hardware's.
+FITTED = ("mv", "mac_next", "mac_lock", "pld_read", "pld_write", "pld_release", "mv_done", "res_word", "act_cmd",
+          "mac_input_pass", "full_block", "first_records", "load_exit", "elem", "route", "kda_seg", "mla_seg",
+          "mla_last", "load_step", "finish")
+FITTED_RUN = "nano-g128-s48-long"
 
 
 @dataclass(frozen=True)
@@ -234,7 +249,10 @@ class PerfModel:
 
     @functools.cached_property
     def rom_check(self) -> int:
-        """Cycles from RUN to the ROM check's ``done`` (``RomCheck.cycles`` of the build's ROMs)."""
+        """Cycles from RUN to the ROM check's ``done`` (``RomCheck.cycles`` of the build's ROMs; without
+        ``ChipPerfParams.rom_check``, those of the chip preset named like the model)."""
+        if self.hw.rom_check is not None:
+            return self.hw.rom_check
         from hw.params import preset as chip_preset
         return RomCheck.cycles(chip_build(chip_preset(self.cfg.name)).rom_images)
 
@@ -450,7 +468,7 @@ class PerfModel:
         out = {k: b + lat + self.seq.load_step for k, b in (("header", 16), ("descriptors", lay.n_records))}
         out["tensors"] = (end - first) // 16
         out["tokens"] = lat + self.seq.load_exit - 1
-        out["tokens"] += max(0, self.rom_check + self.seq.rom_check - sum(out.values()))
+        out["tokens"] += max(0, self.rom_check - sum(out.values()))
         return out
 
     def phases(self, seq_len: int) -> dict[str, int]:
@@ -486,20 +504,23 @@ class PerfModel:
         return 16 + lay.n_records + (end - first) // 16 + seq_len * (1 + 2 + self.cfg.d_model // 32)
 
 
-def chip_perf_params(config: str = "nano", **override) -> ChipPerfParams:
-    """The model's hardware numbers of the chip build ``hw.params.preset(config)``, with ``override``."""
+def chip_perf_params(config: str | ChipParams = "nano", **override) -> ChipPerfParams:
+    """The model's hardware numbers of a chip build (``hw.params.ChipParams``, or the name of its preset), with
+    ``override``."""
     from hw.mac_array import mac_array_params_for
     from hw.params import preset as chip_preset
-    chip = chip_preset(config)
+    chip = config if isinstance(config, ChipParams) else chip_preset(config)
     mp = mac_array_params_for(chip)
     return ChipPerfParams(**{**dict(mac_lanes=mp.lanes, banks=mp.store.banks, scale_lanes=mp.scale_lanes,
                                     norm_lanes=chip.norm_lanes, ew_lanes=chip.ew_lanes, mix_lanes=chip.mix_lanes,
-                                    comb_lanes=chip.comb_lanes, kda_lanes=chip.kda_lanes, clock_hz=1e9 / chip.clock_ns),
+                                    comb_lanes=chip.comb_lanes, kda_lanes=chip.kda_lanes, clock_hz=1e9 / chip.clock_ns,
+                                    rom_check=RomCheck.cycles(chip_build(chip).rom_images)),
                              **override})
 
 
-def model_for(config: str = "nano", group: int | None = None, **hw) -> PerfModel:
-    """The model of the chip build for ``config`` (model and chip preset of that name); ``hw`` overrides."""
-    cfg = preset(config)
+def model_for(config: str | ChipParams = "nano", group: int | None = None, **hw) -> PerfModel:
+    """The model of a chip build (``hw.params.ChipParams``, or the preset of that name) running its model
+    (``ChipParams.model``) at ``group``; ``hw`` overrides."""
+    cfg = preset(config) if isinstance(config, str) else config.model
     cfg = cfg if group is None else cfg.with_group(group)
     return PerfModel(cfg, chip_perf_params(config, **hw))

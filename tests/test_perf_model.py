@@ -5,9 +5,12 @@ The model is checked against independent sources, never against itself:
 * recorded RTL runs (verification/perf_record.py): the chip emitted now (the tiny preset, or the one in
   $NANO_K3_PERF_PRESET, e.g. ``nano``: ~15 minutes whenever its RTL changes), simulated with the phase
   monitor once per RTL digest and re-simulated whenever the emitted RTL changes; three runs that vary
-  seed, group size and length (``RUNS``). The claims checked are perf/model.py's own: every op
-  predicted to the cycle except EMB's wait (SPEC §3 read latency taken at its expectation) and ops a
-  cycle late; the load phase, the finish and the memory beats exactly; the total within issue 16's 2 %.
+  seed, group size and length (``RUNS``), and one run of a tiny lane variant (``VARIANT``: other
+  element-wise, norm, mixer, combine and KDA lanes; one more Verilator build, a few minutes). None of
+  them is the run perf/model.py's empirical constants were read from (``perf.model.FITTED_RUN``). The
+  claims checked are perf/model.py's own: every op predicted to the cycle except EMB's wait (SPEC §3
+  read latency taken at its expectation) and ops a cycle late; the load phase, the finish and the
+  memory beats exactly; the total within issue 16's 2 %.
 * the MAC array's issue and scale-step formulas (hw/mac_array.py) and the chip preset's lane counts.
 
 The bench's bookkeeping (monitor counts folded into the model's phases) is checked on a synthetic record.
@@ -25,35 +28,40 @@ from perf.model import PerfModel, chip_perf_params, model_for, op_phase
 from verification.bench import MODEL_TOLERANCE, measured_phases
 from verification.chip_run import run_length
 from verification.chip_tb import PUBLIC_SEED, PROFILES, RunSpec
+from verification.held_out import chip_for, held_out_runs
 
 PRESET = os.environ.get("NANO_K3_PERF_PRESET", "tiny")
 RUNS = [RunSpec(seq_len=run_length(preset(PRESET), 48), group=128, config=PRESET, seed=PUBLIC_SEED),
         RunSpec(seq_len=run_length(preset(PRESET), 48, 4 / 3), group=64, config=PRESET, seed=1),
         RunSpec(seq_len=run_length(preset(PRESET), 16), group=128, config=PRESET, seed=2)]
-RUN_IDS = [f"{r.name}-seed{r.seed}" for r in RUNS]
+VARIANT = "tiny.narrow"
+CASES = [(PRESET, r) for r in RUNS] + [(h.chip, h.run) for h in held_out_runs() if h.chip == VARIANT][:1]
+RUN_IDS = [f"{r.name}-seed{r.seed}" if chip == PRESET else r.name for chip, r in CASES]
 ONE_CYCLE_LATE = 1        # perf/model.py: an op may end a cycle away (the MoE's third SwiGLU waits on a VRF write)
 
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory) -> dict[str, dict]:
-    """Run name -> the recorded RTL run of the chip emitted from the current sources."""
-    from hw.params import preset as chip_preset
+    """Run name -> the recorded RTL run of its chip (``CASES``) emitted from the current sources."""
     from rtl_gen import emit
     from verification.perf_record import recorded_runs
-    rtl = emit("chip", tmp_path_factory.mktemp("rtl") / "rtl", chip_preset(PRESET))
-    return recorded_runs(rtl.verilog.parent, RUNS)
+    got = {}
+    for chip in dict.fromkeys(c for c, _ in CASES):
+        rtl = emit("chip", tmp_path_factory.mktemp("rtl") / "rtl", chip_for(chip))
+        got.update(recorded_runs(rtl.verilog.parent, [r for c, r in CASES if c == chip]))
+    return got
 
 
-def _model(run: RunSpec) -> PerfModel:
-    return model_for(run.config, run.model_config().group_size)
+def _model(chip: str, run: RunSpec) -> PerfModel:
+    return model_for(chip_for(chip), run.model_config().group_size)
 
 
-@pytest.mark.parametrize("run", RUNS, ids=RUN_IDS)
-def test_totals_and_beats_match_rtl(recorded, run):
+@pytest.mark.parametrize("chip,run", CASES, ids=RUN_IDS)
+def test_totals_and_beats_match_rtl(recorded, chip, run):
     """The monitor's phases add up to the testbench's cycle count; the model's read and write beats are the
     memory model's counts exactly; its total is within issue 16's 2 % (``bench.MODEL_TOLERANCE``; measured
     on tiny: +0.15 % (s12), +0.08 % (s16), +0.33 % (s4), a margin of 6x or more)."""
-    rec, m = recorded[run.name], _model(run)
+    rec, m = recorded[run.name], _model(chip, run)
     rep, ops = rec["report"], program_for(run.model_config()).ops
     meas = measured_phases(rec["phases"], ops)
     assert sum(meas.values()) == rep["cycles"], f"monitor {sum(meas.values())} vs testbench {rep['cycles']} cycles"
@@ -63,11 +71,11 @@ def test_totals_and_beats_match_rtl(recorded, run):
     assert abs(err) <= MODEL_TOLERANCE, f"model {m.total(run.seq_len)} vs RTL {rep['cycles']}: {100 * err:+.2f} %"
 
 
-@pytest.mark.parametrize("run", RUNS, ids=RUN_IDS)
-def test_ops_to_the_cycle(recorded, run):
+@pytest.mark.parametrize("chip,run", CASES, ids=RUN_IDS)
+def test_ops_to_the_cycle(recorded, chip, run):
     """Every op but EMB, at every position, within ``ONE_CYCLE_LATE`` of the RTL; the load phase (summed over
     its regions) and the finish exactly."""
-    rec, m = recorded[run.name], _model(run)
+    rec, m = recorded[run.name], _model(chip, run)
     ops = program_for(run.model_config()).ops
     off = []
     for t in range(run.seq_len):
@@ -97,10 +105,10 @@ def _emb_bound(run: RunSpec) -> int:
     return J // 2 + J + 1
 
 
-@pytest.mark.parametrize("run", RUNS, ids=RUN_IDS)
-def test_embedding_wait_within_jitter(recorded, run):
+@pytest.mark.parametrize("chip,run", CASES, ids=RUN_IDS)
+def test_embedding_wait_within_jitter(recorded, chip, run):
     """EMB at every position after the first: model and RTL differ by no more than the jitter can make them."""
-    errs = _emb_errors(recorded[run.name], _model(run), run)
+    errs = _emb_errors(recorded[run.name], _model(chip, run), run)
     print(f"{run.name}: EMB model - RTL per position {errs}")
     assert max(map(abs, errs[1:]), default=0) <= _emb_bound(run), errs
 
@@ -108,9 +116,9 @@ def test_embedding_wait_within_jitter(recorded, run):
 @pytest.mark.xfail(PRESET == "tiny", strict=True,
                    reason="perf/model.py times position 0's row from the tensor block's end; the tiny chip starts "
                           "position 0 after its longer ROM check, when the row is in: 35 cycles too many")
-@pytest.mark.parametrize("run", RUNS, ids=RUN_IDS)
+@pytest.mark.parametrize("run", RUNS, ids=RUN_IDS[:len(RUNS)])
 def test_first_embedding_wait_within_jitter(recorded, run):
-    err = _emb_errors(recorded[run.name], _model(run), run)[0]
+    err = _emb_errors(recorded[run.name], _model(PRESET, run), run)[0]
     assert abs(err) <= _emb_bound(run), f"{run.name}: EMB at position 0, model - RTL = {err} cycles"
 
 

@@ -30,8 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from hw.params import ChipParams
 from verification.chip_run import run_length
 from verification.chip_tb import PUBLIC_SEED, RunSpec
+from verification.held_out import HeldOut
 
 MODEL_TOLERANCE = 0.02          # issue 16's target: the model within 2 % of the RTL per run
 SIM_NAME = "bench-chip"
@@ -128,12 +130,12 @@ def op_class_breakdown(phases: dict, ops) -> dict[str, int]:
     return out
 
 
-def analyse_run(run: RunSpec, report: dict, phases: dict) -> dict:
+def analyse_run(run: RunSpec, report: dict, phases: dict, chip: ChipParams) -> dict:
     from perf.model import model_for
     from hw.program import program_for
     cfg = run.model_config()
     ops = program_for(cfg).ops
-    model = model_for(run.config, cfg.group_size)          # the chip build of the run's preset
+    model = model_for(chip, cfg.group_size)                 # the chip build the run ran on
     meas = measured_phases(phases, ops)
     pred = model.phases(run.seq_len)
     cycles = report["cycles"]
@@ -161,6 +163,37 @@ def analyse_run(run: RunSpec, report: dict, phases: dict) -> dict:
                      for k in range(len(ops))],
         "port": port_accounting(phases, ops),
     }
+
+
+def held_out_row(h: HeldOut, report: dict, phases: dict, fitted: bool = False) -> dict:
+    """One row of the held-out table: the run's cycles (the monitor's phases must add up to them), the
+    model's for the same chip, the error. ``fitted``: the run the model's empirical constants come from."""
+    from hw.program import program_for
+    from perf.model import model_for
+    run = h.run
+    cycles = report["cycles"]
+    meas = measured_phases(phases, program_for(run.model_config()).ops)
+    if sum(meas.values()) != cycles:
+        raise RuntimeError(f"{run.name}: phases sum to {sum(meas.values())}, the run took {cycles} cycles")
+    model = model_for(h.params, run.model_config().group_size).total(run.seq_len)
+    err = (model - cycles) / cycles
+    return {"name": run.name, "chip": h.chip, "lanes": {k: v for k, v in h.params.to_dict().items() if "lanes" in k
+                                                         or k == "mac_banks"},
+            "group": run.model_config().group_size, "seq_len": run.seq_len, "seed": run.seed, "fitted": fitted,
+            "passed": report["passed"], "bit_exact": report["bit_exact"], "cycles": cycles, "model_cycles": model,
+            "error": err, "within_tolerance": abs(err) <= MODEL_TOLERANCE}
+
+
+def held_out(rtl_chip: ChipParams, sim_runs: dict[str, dict], out: Path) -> list[dict]:
+    """The fitted run and every held-out run (``verification.held_out``): those of the bench's own chip from
+    its simulation (``sim_runs``), the others' from their recorded runs (emitted and simulated when the RTL
+    changed)."""
+    from verification.held_out import FITTED_RUN, by_chip, held_out_runs, record
+    rows = []
+    for chip, hs in by_chip([FITTED_RUN] + held_out_runs()).items():
+        got = sim_runs if hs[0].params == rtl_chip else record(chip, hs, out)
+        rows += [held_out_row(h, got[h.run.name]["report"], got[h.run.name]["phases"], h is FITTED_RUN) for h in hs]
+    return rows
 
 
 # ------------------------------------------------------------------------------------------------
@@ -207,6 +240,8 @@ def print_table(bench: dict) -> None:
                                             sorted(r["op_classes"].items(), key=lambda kv: -kv[1])) + " cycles/token")
         t = r["port"]["total"]
         print("  request channel: " + ", ".join(f"{k} {v}" for k, v in t.items()) + " cycles")
+    if bench["held_out"]:
+        print_held_out(bench["held_out"])
     t = bench["timings"]
     print(f"\ntimings ({t['positions']} {t['config']} positions): fixed-point model {t['fixed_model_s']:.2f} s, "
           f"float golden model {t['golden_model_s']:.2f} s")
@@ -216,6 +251,23 @@ def print_table(bench: dict) -> None:
               f"{bench['tokens_per_s_per_mm2']:.0f} tokens/s per mm²")
     else:
         print(f"\narea: {a['status']} ({a['reason']}); run: {a['command']}")
+
+
+def print_held_out(rows: list[dict]) -> None:
+    """The model's error on every run of the held-out set (and on the run its empirical constants come from)."""
+    held = [r for r in rows if not r["fitted"]]
+    worst = max(abs(r["error"]) for r in held) if held else 0.0
+    print(f"\nperformance model on {len(held)} held-out runs (verification/held_out.py; the fitted run marked *): "
+          f"worst {100 * worst:.2f} %, tolerance ±{100 * MODEL_TOLERANCE:.0f} %")
+    head = f"  {'run':34} {'lanes (norm ew mix comb kda / banks)':36} {'RTL cycles':>10} {'model':>10} {'error':>8}"
+    print(head + "\n  " + "-" * (len(head) - 2))
+    for r in rows:
+        ln = r["lanes"]
+        lanes = f"{ln['norm_lanes']} {ln['ew_lanes']} {ln['mix_lanes']} {ln['comb_lanes']} {ln['kda_lanes']} / {ln['mac_banks']}"
+        flag = "" if r["within_tolerance"] else " OUTSIDE"
+        flag += "" if r["passed"] and r["bit_exact"] else " RUN FAILED"
+        print(f"  {r['name'] + ('*' if r['fitted'] else ''):34} {lanes:36} {r['cycles']:10d} {r['model_cycles']:10d} "
+              f"{100 * r['error']:+7.2f}%{flag}")
 
 
 def write_json(obj: dict, out: Path) -> Path:
@@ -246,21 +298,31 @@ def timings(positions: int = TIMING_POSITIONS, seed: int = TIMING_SEED) -> dict:
     return out
 
 
-def bench(rtl: Path, out: Path, synth: Path, runs: Sequence[RunSpec]) -> dict:
+def bench(rtl: Path, out: Path, synth: Path, runs: Sequence[RunSpec], with_held_out: bool = True) -> dict:
+    """``runs`` on the chip in ``rtl`` (one simulation, together with the held-out runs of the same chip) and,
+    with ``with_held_out``, the held-out table (``held_out``)."""
+    from rtl_gen import read_config
+    from verification.held_out import held_out_runs
     t0 = time.monotonic()
-    sim = simulate(rtl, runs, out / SIM_NAME)
-    results = []
-    for run in runs:
+    chip = read_config(rtl / "config.json")[1]
+    names = {r.name for r in runs}
+    extra = [h.run for h in held_out_runs() if with_held_out and h.params == chip and h.run.name not in names]
+    sim = simulate(rtl, list(runs) + extra, out / SIM_NAME)
+    for run in list(runs) + extra:
         got = sim.runs[run.name]
         if not got["report"] or not got["phases"]:
             raise RuntimeError(f"{run.name}: no report or phase counts from the simulation; see {sim.log}")
-        results.append(analyse_run(run, got["report"], got["phases"]))
+    results = [analyse_run(run, sim.runs[run.name]["report"], sim.runs[run.name]["phases"], chip) for run in runs]
+    table = held_out(chip, sim.runs, out / "held_out") if with_held_out else []
     ar = area(synth)
     main_run = results[0]
     tps_mm2 = main_run["tokens_per_s"] / ar["total_mm2"] if ar["status"] == "synthesized" else None
-    model_ok = all(abs(r["model"]["error"]) <= MODEL_TOLERANCE for r in results)
-    return {"schema": 2, "passed": sim.passed and model_ok,
-            "runs": results, "throughput_run": main_run["name"], "area": ar, "tokens_per_s_per_mm2": tps_mm2,
+    model_ok = all(abs(r["model"]["error"]) <= MODEL_TOLERANCE for r in results + [
+        {"model": {"error": h["error"]}} for h in table])
+    held_ok = all(h["passed"] and h["bit_exact"] for h in table)
+    return {"schema": 3, "passed": sim.passed and model_ok and held_ok,
+            "runs": results, "held_out": table, "throughput_run": main_run["name"], "area": ar,
+            "tokens_per_s_per_mm2": tps_mm2,
             "timings": timings(), "runtime_s": round(time.monotonic() - t0, 1), "log": str(sim.log),
             "command": f"python -m verification.bench --rtl {rtl} --out {out}"}
 
@@ -274,12 +336,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path("build/bench"))
     ap.add_argument("--synth", type=Path, default=Path("build/synth/synth.json"))
     ap.add_argument("--seed", type=int, default=PUBLIC_SEED)
+    ap.add_argument("--no-held-out", dest="held_out", action="store_false",
+                    help="skip the held-out runs of the performance model (verification/held_out.py)")
     args = ap.parse_args(argv)
     if not (args.rtl / "config.json").exists():
         ap.error(f"{args.rtl / 'config.json'} not found; run `make rtl BLOCK=chip` first")
     (args.out / "bench.json").unlink(missing_ok=True)
     cfg, _ = read_config(args.rtl / "config.json")
-    result = bench(args.rtl, args.out, args.synth, default_runs(preset_of(cfg), args.seed))
+    result = bench(args.rtl, args.out, args.synth, default_runs(preset_of(cfg), args.seed), args.held_out)
     print_table(result)
     path = write_json(result, args.out)
     print(f"\nbench: {'PASS' if result['passed'] else 'FAIL'}; {path}")
