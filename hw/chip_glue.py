@@ -26,6 +26,12 @@ from nano_k3.fxp_ops import RW, X
 from nano_k3.tensors import PARAM_BITS
 
 
+# Both feeders, no back-pressure: ``start`` in cycle c sets ``active`` (c + 1: the first read issues), the read
+# lands a cycle later and enters the output queue the cycle after: a feed of t transfers has ``busy`` high
+# through c + t + FEED_LATENCY − 1 when its consumer takes a transfer every cycle.
+FEED_LATENCY = 3
+
+
 def feed_layout(max_n: int, entries: int = MAX_SRCS, pa_params: int = 4, pb_params: int = 2) -> StructLayout:
     """One feed transfer: ``entries`` X elements, ``pa_params`` / ``pb_params`` int16 of PRF a / b."""
     return StructLayout({
@@ -73,6 +79,8 @@ class ElemFeeder(wiring.Component):
     ``pa_params`` / ``pb_params`` int16 of a transfer), and the feed takes n/K cycles
     (+ (ns − 1)·⌈n/16⌉ interleaved).
     """
+
+    LATENCY = FEED_LATENCY
 
     def __init__(self, *, slot_bits: int, slot_words: int, vrf_abits: int, prf_width: int, prf_abits: int,
                  max_n: int, dh: int, conv_k: int, word_srcs: int = MAX_SRCS, lanes: int = 1,
@@ -216,6 +224,8 @@ def word_out_layout() -> StructLayout:
 
 class WordFeeder(wiring.Component):
     """Words w0 .. w0 + nw − 1 of one VRF slot as a stream (see the module docstring)."""
+
+    LATENCY = FEED_LATENCY
 
     def __init__(self, *, slot_bits: int, slot_words: int, vrf_abits: int):
         self.slot_words = slot_words

@@ -27,6 +27,8 @@ def word_layout(lanes: int) -> StructLayout:
 class MacInput(wiring.Component):
     """Two-pass block-floating-point converter (see the module docstring)."""
 
+    LATENCY = 1          # a word taken on ``i`` in cycle c (convert pass) is on ``o`` in c + 1 (``o`` is a register)
+
     def __init__(self, act_layout: StructLayout, *, lanes: int = 16, max_n: int = 128):
         if not isinstance(lanes, int) or lanes < 1 or lanes & (lanes - 1):
             self._MustUse__silence = True

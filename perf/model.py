@@ -37,8 +37,9 @@ Engine formulas used (no stalls):
           expectation (base + J/2 for the token's one read, base + the expected maximum of the row's
           reads' jitter: later responses cannot overtake)
 The sequencer overheads (``SeqOverheads``) are of three kinds, marked per field: states of the control
-FSM, pipeline depths named on the hardware classes (``RegFifo.LATENCY``, ``MemEngine.REQ_LATENCY`` /
-``RSP_LATENCY``, ``LogitsWriter.FIRST_BEAT``; read from them), and the empirical ones, ``FITTED``: read
+FSM, pipeline depths named on the hardware classes (``ElemFeeder`` / ``WordFeeder.LATENCY``,
+``MacInput.LATENCY``, ``RegFifo.LATENCY``, ``MemEngine.REQ_LATENCY`` / ``RSP_LATENCY``,
+``LogitsWriter.FIRST_BEAT``; read from them), and the empirical ones, ``FITTED``: read
 with verification/phase_monitor.py off one run, ``FITTED_RUN`` (nano-g128-s48-long), as the measured op
 cycles minus the engine formula. With them every op of that run is predicted to the cycle except each
 MoE's third SwiGLU (a cycle late: matvec results wait for the element-wise unit's VRF writes) and EMB's
@@ -61,10 +62,11 @@ from dataclasses import dataclass, field
 
 from hw.chip_collect import MV_QUEUE
 from hw.chip_dispatch import RegFifo
-from hw.chip_glue import Combine
+from hw.chip_glue import Combine, ElemFeeder, WordFeeder
 from hw.kda_engine import KdaEngine, KdaParams
 from hw.logits_writer import BEAT_LOGITS, LogitsWriter
 from hw.mac_array import MacArray, store_block
+from hw.mac_input import MacInput
 from hw.mem_engine import MemEngine
 from hw.mla_params import MlaParams
 from hw.moe_router import MoeRouter
@@ -126,9 +128,10 @@ class ChipPerfParams:
 #         not read from (other chips, lane counts, groups, lengths, seeds).
 @dataclass(frozen=True)
 class SeqOverheads:
-    mv: int = 4                  # [fit] an MV that feeds its activations: DISPATCH, MV_SCAN2, MV_CMD + feeder /
-                                 # queue latency; its command is taken in its last cycle (its store
-                                 # records were prefetched while the op before it ran)
+    mv: int = 3 + MacInput.LATENCY   # [fsm, hw] an MV that feeds its activations: DISPATCH, MV_SCAN2, MV_CMD, and
+                                 # MV_CONV waits for MacInput's output register after the feed (``mv_feed``); its
+                                 # command is taken in its last cycle (its store records were prefetched
+                                 # while the op before it ran)
     keep_cmd: int = 1            # [fsm] a keep MV's command is queued after DISPATCH, in MV_CMD, and taken once
                                  # the MAC array has issued the previous matvec
     mac_next: int = 1            # [fit] the MAC array takes the next command issue + 1 cycles after the last one
@@ -141,7 +144,7 @@ class SeqOverheads:
     act_cmd: int = 1             # [fit] an MV started while the array issues: its convert pass (one transfer a
                                  # word) waits for the array, its command 1 cycle after the last word
     cmd_fifo: int = RegFifo.LATENCY      # [hw] a queued command reaches the MAC array (hw/chip_dispatch.py)
-    mac_input_pass: int = 3      # [fit] per WordFeeder → MacInput pass, beyond one cycle a word
+    mac_input_pass: int = WordFeeder.LATENCY     # [hw] per WordFeeder → MacInput pass, beyond one cycle a word
     full_block: int = -1         # [fit] fan_out ≥ W: the last block's results leave one cycle earlier than
                                  # issue + LATENCY + chunks − 1 (MacArray docstring: 64→64 measured 46): its
                                  # second scale read ends the issue one cycle after the last q read
@@ -158,10 +161,10 @@ class SeqOverheads:
     load_exit: int = 3           # [fit] the first position's FETCH: 3 cycles after the last tensor beat is due
                                  # (response slot, TENS_WAIT's last cycle, ROM_WAIT)
     lw_first: int = LogitsWriter.FIRST_BEAT    # [hw] a chunk pushed into the logits writer leaves as its first beat
-    elem: int = 4                # [fit] element ops: DISPATCH, feeder start + read latency
+    elem: int = 1 + ElemFeeder.LATENCY           # [fsm, hw] element ops: DISPATCH, the feeder's pipeline
     route: int = 1               # [fit] ROUTE beyond elem: the router's last pair to the collector
-    kda_seg: int = 4             # [fit] a KDA feed segment beyond its transfers
-    mla_seg: int = 4             # [fit] an MLA feed segment beyond its words
+    kda_seg: int = 1 + ElemFeeder.LATENCY        # [fsm, hw] a KDA feed segment beyond its transfers: DISPATCH, the feed
+    mla_seg: int = 1 + WordFeeder.LATENCY        # [fsm, hw] an MLA feed segment beyond its words: DISPATCH, the feed
     mla_last: int = 4            # [fit] the last MLA segment beyond the engine's attention cycles
     end: int = 2                 # [fsm] END: DISPATCH, END (the argmax word's write, taken at once)
     load_step: int = 3           # [fit] per load request: REQ state + CHECK/next-state transitions
@@ -170,9 +173,8 @@ class SeqOverheads:
 
 # The empirical constants ([fit] above) and the run they were read from: the SPEC §8 throughput run
 # (verification/held_out.py FITTED_RUN; the bench's first run). Everything else is the hardware's.
-FITTED = ("mv", "mac_next", "mac_lock", "pld_read", "pld_write", "pld_release", "mv_done", "res_word", "act_cmd",
-          "mac_input_pass", "full_block", "first_records", "load_exit", "elem", "route", "kda_seg", "mla_seg",
-          "mla_last", "load_step", "finish")
+FITTED = ("mac_next", "mac_lock", "pld_read", "pld_write", "pld_release", "mv_done", "res_word", "act_cmd",
+          "full_block", "first_records", "load_exit", "route", "mla_last", "load_step", "finish")
 FITTED_RUN = "nano-g128-s48-long"
 
 

@@ -11,6 +11,13 @@ run is the normal chip test (every SPEC §7 check, bit-exact against the fixed-p
 finish) and classifying the memory port's request channel each cycle. ``perf.model`` predicts the
 same phases; the bench reports the error of every phase and of the total (issue 16's target: within 2 %).
 
+Held out (``held_out`` in the JSON; ``--no-held-out`` skips it): the model's error on the runs of
+verification/held_out.py, which its empirical constants (``perf.model.FITTED``) were not read from: nano
+and tiny, both group sizes, stretched lengths, other seeds, two tiny lane variants. The runs of the
+bench's own chip join its simulation; the other chips are emitted into ``--out``/held_out and their runs
+recorded per RTL digest (verification/perf_record.py). The table: run, lanes, RTL cycles, model cycles,
+error; each must be within 2 % and the run itself must pass bit-exact.
+
 Area: the "Chip area" of build/synth/synth.json (standard cells) plus the SPEC §5 price of the
 chip's macros (1 mm²/Mibit) when that file holds a synthesis of msh_chip_top; otherwise the JSON
 says "not synthesized" and names the command that makes it.
