@@ -67,7 +67,8 @@ def check(d: Design, fp: Floorplan, xs, ys, orient, caps: dict[tuple[str, str], 
         sinks = len(pins) - len(drivers)
         pts = [pin_xy(d, fp, xs, ys, orient, p) for p in pins]
         px, py = [x for x, _ in pts], [y for _, y in pts]
-        wire = (max(px) - min(px) + max(py) - min(py)) / dbu * steiner_factor(len(pins)) * c_um
+        length = (max(px) - min(px) + max(py) - min(py)) / dbu * steiner_factor(len(pins))
+        wire = length * c_um
         load = wire + sum(caps.get((d.comp_master[p[0]], p[1]), 0.0) for p in pins if not p[5] and p[0] >= 0)
         if sinks > MAX_FANOUT:
             rep.fanout_violations.append({"net": name, "fanout": sinks})
@@ -80,5 +81,6 @@ def check(d: Design, fp: Floorplan, xs, ys, orient, caps: dict[tuple[str, str], 
                 limit = limits.get((d.comp_master[p[0]], p[1]))
             if limit is not None and load > limit:
                 rep.cap_violations.append({"net": name, "load_ff": round(load, 2), "limit_ff": limit,
+                                           "wire_um": round(length, 1),
                                            "driver": "port" if p[0] < 0 else d.comp_name[p[0]] + "/" + p[1]})
     return rep

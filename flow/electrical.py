@@ -2,13 +2,19 @@
 
 The design rules that sign-off checks (flow/design_rules.py) fail on nets whose load is more than their
 driver may drive: mostly long nets between regions (a bus from the sequencer's own logic to an engine a
-few millimetres away: 200 fF on a gate allowed 27 fF, 3.7 ns transitions at the slow corner). Every
-logical net with a max-capacitance violation (and only those: placement's trees stay) is rebuilt by
-flow/repair.py as a clustered buffer tree
-from the legal placement, with repeaters every ``REPEATER_SPACING_UM`` along each long edge (starting
-at the driver); the new buffers are fitted into the rows (flow/relegalize.py), and the netlist, DEF and
-SPEF are written again, so the timing repair that follows reads real wires. Only buffers are added and
-removed (flow/repair.py ``verify``).
+few millimetres away: 200 fF on a gate allowed 27 fF, 3.7 ns transitions at the slow corner; or an
+``XOR2_X1``, allowed 25 fF, on a few sinks 100 um away). For every net with a max-capacitance violation
+(and only those: placement's trees stay), in this order:
+
+* a stronger size of its driver (``upsize_drivers``) when one can carry the load with a margin and the net
+  is short enough that its own wire does not spoil the transitions (``UPSIZE_MAX_WIRE_UM``): no new cell;
+* else flow/repair.py rebuilds it as a clustered buffer tree from the legal placement, with repeaters
+  every ``REPEATER_SPACING_UM`` along each long edge (starting at the driver).
+
+The wider and new cells are fitted into the rows (flow/relegalize.py), and the netlist, DEF and SPEF are
+written again, so the timing repair that follows reads real wires. Only buffers are added and removed,
+and drivers only change size (flow/repair.py ``verify``). Sign-off runs it a second time after timing
+repair, keeping that repair's buffers, for the nets the sizing and the re-legalisation pushed over.
 
 Spacing: 250 um of wire is about 15 fF (metal3/metal4 at 0.058 fF/um), within the max_capacitance of
 every Nangate45 X1 output but the weakest (about 10 fF), and a BUF_X4 drives it in about 0.1 ns at the
@@ -24,37 +30,87 @@ from flow.place import repair_positions, write_outputs
 from flow.place_netlist import build_design, inst_path, net_names, progress
 from flow.relegalize import relegalize
 from flow.repair import repair, verify, write_verilog
+from flow.resize import SIZED, size_ladders
 
 REPEATER_SPACING_UM = 250.0
+UPSIZE_MARGIN = 1.25                # a stronger driver's limit over its load: room for the changes that follow
+# A net longer than this gets repeaters even when a stronger driver could carry its load: its own RC slows
+# the far sinks' transitions (metal3: 3.6 ohm/um, 0.052 fF/um; 1 mm alone is about 0.2 ns of transition,
+# over the typical corner's 0.199 ns and the fast corner's 0.146 ns limits; 500 um is about 0.05 ns).
+UPSIZE_MAX_WIRE_UM = 2 * REPEATER_SPACING_UM
 GROUP = "(electrical repair)"       # the new buffers' group in the pictures
 
 
+def upsize_drivers(module: dict, d, violations: list[dict], limits: dict[tuple[str, str], float],
+                   ladders: dict[str, list[int]]) -> dict[str, tuple[str, str]]:
+    """Cell key -> (cell, stronger cell) for every driver of a net in ``violations`` (design_rules cap
+    violations) that has a size of its function whose max capacitance is ``UPSIZE_MARGIN`` x the net's
+    load, on every violating output pin, when the net's wire is at most ``UPSIZE_MAX_WIRE_UM``. Drivers
+    without such a size (ports, macros, the strongest size already) and longer nets are left out: their
+    nets get buffers and repeaters. ``module`` is edited in place."""
+    key_of = dict(zip(d.comp_name, d.comp_key))
+    need: dict[str, list[tuple[str, float]]] = {}
+    for v in violations:
+        if v["driver"] == "port":
+            continue
+        inst, pin = v["driver"].rsplit("/", 1)
+        if inst in key_of and v["wire_um"] <= UPSIZE_MAX_WIRE_UM:
+            need.setdefault(key_of[inst], []).append((pin, v["load_ff"] * UPSIZE_MARGIN))
+    out = {}
+    for key, pins in need.items():
+        cell = module["cells"][key]["type"]
+        m = SIZED.match(cell)
+        if not m or m.group(1) not in ladders:
+            continue
+        fam, n = m.group(1), int(m.group(2))
+        for k in (k for k in ladders[fam] if k > n):
+            if all(limits.get((f"{fam}_X{k}", pin), 0.0) >= load for pin, load in pins):
+                out[key] = (cell, f"{fam}_X{k}")
+                module["cells"][key]["type"] = f"{fam}_X{k}"
+                break
+    return out
+
+
 def repair_design(module: dict, state: dict, lef, sizes, top: str, caps, limits, areas, rc, clock: str,
-                  out: Path) -> tuple[tuple, dict]:
-    """Rebuilds every net of the placed ``state`` that breaks max capacitance; returns the new
-    (design, xs, ys, orient) and a summary. Writes ``<top>.v``, ``.def`` and ``.spef`` into ``out`` when it
-    changed anything (``summary["netlist"]``, ``summary["spef"]``)."""
+                  out: Path | None, keep: frozenset[str] = frozenset()) -> tuple[tuple, dict]:
+    """Fixes every net of the placed ``state`` that breaks max capacitance: a stronger driver where one
+    suffices (``upsize_drivers``), else the net is rebuilt as a buffer tree with repeaters (buffers in
+    ``keep`` stay). Returns the new (design, xs, ys, orient) and a summary. With ``out``, writes
+    ``<top>.v``, ``.def`` and ``.spef`` there when it changed anything (``summary["netlist"]``,
+    ``summary["spef"]``)."""
     d, fp, xs, ys, orient = state["design"], state["floorplan"], state["xs"], state["ys"], state["orient"]
     dbu = lef.dbu
     before = design_rules.check(d, fp, xs, ys, orient, caps, limits, rc, dbu, {clock})
+    upsized = upsize_drivers(module, d, before.cap_violations, limits, size_ladders(list(areas)))
     bit_of = {name: b for b, name in net_names(module).items()}
-    force = frozenset(bit_of[v["net"]] for v in before.cap_violations if v["net"] in bit_of)
-    summary = {"cap_violations_before": len(before.cap_violations), "nets_forced": len(force),
-               "repeater_spacing_um": REPEATER_SPACING_UM}
-    if not force:
+    key_of = dict(zip(d.comp_name, d.comp_key))
+    force = frozenset(bit_of[v["net"]] for v in before.cap_violations
+                      if v["net"] in bit_of and key_of.get(v["driver"].rsplit("/", 1)[0]) not in upsized)
+    upsize_area = sum(areas.get(new, 0.0) - areas.get(old, 0.0) for old, new in upsized.values())
+    summary = {"cap_violations_before": len(before.cap_violations), "drivers_upsized": len(upsized),
+               "upsize_area_um2": round(upsize_area, 3), "nets_forced": len(force),
+               "repeater_spacing_um": REPEATER_SPACING_UM, "upsize_margin": UPSIZE_MARGIN,
+               "area_change_um2": round(upsize_area, 3)}
+    if not force and not upsized:
         return (d, xs, ys, orient), summary
-    progress(f"electrical repair: {len(before.cap_violations):,} nets over their driver's max capacitance")
-    cell_xy, port_xy, clock_bits = repair_positions(module, d, fp, xs, ys, dbu, clock)
-    res = repair(module, cell_xy, port_xy, caps, areas, (rc.c_h + rc.c_v) / 2, steiner_factor, clock_bits,
-                 progress, force=force, spacing_um=REPEATER_SPACING_UM, only_forced=True)
-    verify(module, res)
+    progress(f"electrical repair: {len(before.cap_violations):,} nets over their driver's max capacitance; "
+             f"{len(upsized):,} drivers up-sized, {len(force):,} nets to rebuild")
+    new_cells = {}
+    if force:
+        cell_xy, port_xy, clock_bits = repair_positions(module, d, fp, xs, ys, dbu, clock)
+        res = repair(module, cell_xy, port_xy, caps, areas, (rc.c_h + rc.c_v) / 2, steiner_factor, clock_bits,
+                     progress, force=force, spacing_um=REPEATER_SPACING_UM, only_forced=True, keep=keep)
+        verify(module, res)
+        new_cells = res.new_cells
+        summary |= {**res.as_dict(), "area_change_um2": round(res.area_added_um2 - res.area_removed_um2
+                                                              + upsize_area, 3)}
     new = build_design(module, top, lef, sizes)
     at = {name: i for i, name in enumerate(d.comp_name)}
     nxs, nys, nor, groups = [], [], [], []
     for i, name in enumerate(new.comp_name):
         j = at.get(name)
         if j is None:
-            cx, cy = res.new_cells[new.comp_key[i]]
+            cx, cy = new_cells[new.comp_key[i]]
             nxs.append(round(cx * dbu - new.comp_w[i] / 2))
             nys.append(round(cy * dbu - new.comp_h[i] / 2))
             nor.append("N")
@@ -68,16 +124,16 @@ def repair_design(module: dict, state: dict, lef, sizes, top: str, caps, limits,
                    if at.get(new.comp_name[i]) in fp.macro_xy}
     new.comp_group, new.group_kind = groups, d.group_kind
     legal = relegalize(new, fp, nxs, nys, nor)
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / f"{top}.v", "w") as f:
-        write_verilog(f, module, top, net_names(module), lambda key, c: inst_path(key, c.get("attributes", {})),
-                      state["macro_modules"])
-    write_outputs(new, fp, lef, nxs, nys, nor, out, rc)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        with open(out / f"{top}.v", "w") as f:
+            write_verilog(f, module, top, net_names(module), lambda key, c: inst_path(key, c.get("attributes", {})),
+                          state["macro_modules"])
+        write_outputs(new, fp, lef, nxs, nys, nor, out, rc)
+        summary |= {"netlist": str(out / f"{top}.v"), "spef": str(out / f"{top}.spef")}
     after = design_rules.check(new, fp, nxs, nys, nor, caps, limits, rc, dbu, {clock})
-    summary |= {**res.as_dict(), "cap_violations_after": len(after.cap_violations),
-                "cells_moved": legal["cells_moved"], "netlist": str(out / f"{top}.v"),
-                "spef": str(out / f"{top}.spef")}
-    progress(f"electrical repair: {res.nets_repaired:,} nets rebuilt, {res.buffers_added:,} buffers added "
-             f"({res.buffers_removed:,} removed); max-capacitance violations {len(before.cap_violations):,} -> "
-             f"{len(after.cap_violations):,}")
+    summary |= {"cap_violations_after": len(after.cap_violations), "cells_moved": legal["cells_moved"]}
+    progress(f"electrical repair: {len(upsized):,} drivers up-sized, {summary.get('nets_repaired', 0):,} nets "
+             f"rebuilt, {summary.get('buffers_added', 0):,} buffers added ({summary.get('buffers_removed', 0):,} "
+             f"removed); max-capacitance violations {len(before.cap_violations):,} -> {len(after.cap_violations):,}")
     return (new, nxs, nys, nor), summary

@@ -69,10 +69,11 @@ class _Netlist:
     driver: dict = field(default_factory=dict)      # bit -> cell key, or None for an input port
     sinks: dict = field(default_factory=dict)       # bit -> [(cell key, pin, index)]
     port_bits: set = field(default_factory=set)
+    keep: frozenset = frozenset()                   # buffers that stay (sinks of the net they read)
 
     @classmethod
-    def of(cls, module: dict) -> "_Netlist":
-        n = cls(module["cells"])
+    def of(cls, module: dict, keep: frozenset[str] = frozenset()) -> "_Netlist":
+        n = cls(module["cells"], keep=keep)
         for key, c in n.cells.items():
             dirs = c.get("port_directions", {})
             for pin, bits in c["connections"].items():
@@ -92,9 +93,9 @@ class _Netlist:
         return n
 
     def is_buffer(self, key: str) -> bool:
-        """A removable buffer: plain BUF/CLKBUF whose output is not a port."""
+        """A removable buffer: plain BUF/CLKBUF whose output is not a port, and not one to keep."""
         c = self.cells[key]
-        if not REMOVABLE.match(c["type"]):
+        if key in self.keep or not REMOVABLE.match(c["type"]):
             return False
         a, z = c["connections"].get("A", [None]), c["connections"].get("Z", [None])
         return isinstance(a[0], int) and isinstance(z[0], int) and z[0] not in self.port_bits
@@ -113,10 +114,10 @@ class _Netlist:
         return leaves, bufs
 
     def source(self, bit: int) -> int:
-        """The bit a chain of plain buffers starts from."""
+        """The bit a chain of plain buffers starts from (a kept buffer starts one)."""
         while True:
             key = self.driver.get(bit)
-            if key is None or not REMOVABLE.match(self.cells[key]["type"]):
+            if key is None or key in self.keep or not REMOVABLE.match(self.cells[key]["type"]):
                 return bit
             bit = self.cells[key]["connections"]["A"][0]
 
@@ -232,15 +233,17 @@ class RepairResult:
 def repair(module: dict, cell_xy: dict[str, tuple[float, float]], port_xy: dict[int, tuple[float, float]],
            caps: dict[tuple[str, str], float], areas: dict[str, float], c_per_um: float, steiner,
            clock_bits: set[int], progress=lambda msg: None, force: frozenset[int] = frozenset(),
-           spacing_um: float | None = None, only_forced: bool = False) -> RepairResult:
+           spacing_um: float | None = None, only_forced: bool = False,
+           keep: frozenset[str] = frozenset()) -> RepairResult:
     """Rebuilds, in ``module`` (a flat Yosys JSON module, edited in place), every logical net with more than
     ``MAX_FANOUT`` sinks as a clustered buffer tree, and so the logical nets whose source bit is in
     ``force`` whatever their fanout. ``cell_xy``: placed centre of every cell (um); a sink without one (an
     instance outside the placement, such as an ``msh_rom``) is wired to the net's driver; ``port_xy``:
     position per port bit. ``spacing_um``: a rebuilt net's edges this long or longer get repeaters
     (``TreeBuilder.repeaters``), starting from the driver's position. ``only_forced``: rebuild the nets of
-    ``force`` alone (the trees built at placement stay as they are)."""
-    net = _Netlist.of(module)
+    ``force`` alone (the trees built at placement stay as they are). ``keep``: buffers (cell keys) that are
+    not removed: a rebuilt net ends at them (sign-off's hold and load-isolation buffers)."""
+    net = _Netlist.of(module, keep)
     builder = TreeBuilder(caps, c_per_um, steiner)
     res = RepairResult()
     next_bit = 1 + max([b for b in net.driver] + [b for b in net.sinks] + [1])

@@ -1,12 +1,13 @@
 """Timing repair after placement and sign-off of the placed chip.
 
     python -m flow.signoff [--place build/place] [--synth build/synth] [--out build/signoff]
-                           [--period 10] [--budget 900]
+                           [--period NS] [--budget 900]
 
 Continues from ``make place`` (its ``placed.pickle``: the flat netlist, the placement and the floorplan):
 
-0. electrical repair (flow/electrical.py): nets over their driver's max capacitance become buffer trees
-   with repeaters, fitted into the rows; netlist, DEF and SPEF are written again for what follows;
+0. electrical repair (flow/electrical.py): nets over their driver's max capacitance get a stronger driver
+   (short nets) or become buffer trees with repeaters, fitted into the rows; netlist, DEF and SPEF are
+   written again for what follows;
 1. sizing (flow/resize.py): one OpenSTA process at the slow corner, with the placed wires' SPEF and the
    sign-off clock uncertainty, sizes up the drivers on the violating paths until the worst slack is met,
    stops improving or ``--budget`` seconds are used;
@@ -15,8 +16,9 @@ Continues from ``make place`` (its ``placed.pickle``: the flat netlist, the plac
 2. hold (flow/hold.py): a second OpenSTA process at the fast corner takes the same buffers and sizes and
    puts delay buffers in front of the data pins whose hold check fails;
 3. the sized cells and the new buffers go into the netlist; the placement is re-legalised row by row
-   (flow/relegalize.py: stronger cells are wider, a buffer starts at its sink); netlist, DEF and SPEF are
-   written again from the new positions;
+   (flow/relegalize.py: stronger cells are wider, a buffer starts at its sink); the electrical repair runs
+   again for the nets that sizing and re-legalisation pushed over max capacitance (the isolation and hold
+   buffers stay); netlist, DEF and SPEF are written again from the new positions;
 4. sign-off STA (flow/sta.py) at slow, typical and fast with that SPEF and a clock uncertainty of
    ``SETUP_UNCERTAINTY_NS`` (setup) and ``HOLD_UNCERTAINTY_NS`` (hold) in place of a clock tree's skew and
    jitter (no clock tree is built): setup WNS/TNS per corner, hold at every corner, max-transition
@@ -164,13 +166,14 @@ def _net_boxes(d, fp, xs, ys, orient, dbu: int) -> np.ndarray:
     return boxes
 
 
-def signoff(place_dir: Path, synth: Path, out: Path, period_ns: float = 10.0, clock: str = "clk",
+def signoff(place_dir: Path, synth: Path, out: Path, period_ns: float | None = None, clock: str = "clk",
             budget_s: float = 900.0, cache: Path = REPO / "build" / "pdk_cache") -> dict:
     t_start = time.monotonic()
     pj = place_dir / "place.json"
     if not pj.is_file():
         raise SignoffError(f"{pj} not found: run `make place` (python -m flow.place) first")
     placed = json.loads(pj.read_text())
+    period_ns = placed["period_ns"] if period_ns is None else period_ns   # the placement's: the RTL's clock
     if "state" not in placed.get("files", {}):
         raise SignoffError(f"{place_dir} is from an older flow.place (no {STATE_FILE}): run `make place` again")
     try:
@@ -229,6 +232,16 @@ def signoff(place_dir: Path, synth: Path, out: Path, period_ns: float = 10.0, cl
     progress(f"re-legalised: {legal['cells_moved']:,} cells moved, {legal['total_move_dbu'] / dbu:,.0f} um in all")
 
     t = time.monotonic()
+    kept = frozenset([m.buffer for m in moved.moves] + [buf for buf, _, _ in held.inserted])
+    try:
+        (d, xs, ys, orient), final_drv = repair_design(
+            module, {**state, "design": d, "xs": xs, "ys": ys, "orient": orient}, lef, sizes, top, caps, limits,
+            liberty_areas(slow), rc, clock, None, keep=kept)
+    except (RepairError, PlaceError) as e:
+        raise SignoffError(f"electrical repair after timing repair: {e}") from None
+    timing["final_electrical_s"] = time.monotonic() - t
+
+    t = time.monotonic()
     with open(stage / f"{top}.v", "w") as f:
         write_verilog(f, module, top, net_names(module), lambda key, c: inst_path(key, c.get("attributes", {})),
                       state["macro_modules"])
@@ -254,16 +267,18 @@ def signoff(place_dir: Path, synth: Path, out: Path, period_ns: float = 10.0, cl
     rudy.draw(demand, stage / "rudy.png", f"{top}: routing demand after sign-off placement")
     timing["checks_s"] = time.monotonic() - t
 
-    result = _result(top, placed, electrical, sized, moved, held, liberty_areas(slow), legal, dbu, wires, sta,
-                     rules, demand, timing, period_ns, t_start)
+    result = _result(top, placed, (electrical, final_drv), sized, moved, held, liberty_areas(slow), legal, dbu,
+                     wires, sta, rules, demand, timing, period_ns, t_start)
     (stage / "signoff.json").write_text(json.dumps(result, indent=1) + "\n")
     (stage / "signoff.txt").write_text(summary_text(result))
     publish(stage, out)
     return result
 
 
-def _result(top, placed, electrical, sized, moved, held, areas, legal, dbu, wires, sta, rules, demand, timing,
-            period_ns, t_start) -> dict:
+def _result(top, placed, drv: tuple[dict, dict], sized, moved, held, areas, legal, dbu, wires, sta, rules, demand,
+            timing, period_ns, t_start) -> dict:
+    """signoff.json; ``drv``: the summaries of the electrical repair before and after timing repair."""
+    electrical, final_drv = drv
     corners = {c: {k: v[k] for k in ("wns_ns", "tns_ns", "worst_hold_slack_ns", "min_period_ns",
                                      "max_transition_violations")} | {"worst_path": (v["paths"] or [None])[0],
                                                                       "worst_hold_path": v["worst_hold_path"]}
@@ -291,11 +306,12 @@ def _result(top, placed, electrical, sized, moved, held, areas, legal, dbu, wire
         "corners": corners,
         "sizing": sizing,
         "electrical_repair": {k: v for k, v in electrical.items() if k not in ("netlist", "spef")},
+        "final_electrical_repair": final_drv,
         "load_isolation": isolating,
         "hold_repair": holding,
         "relegalize": {"cells_moved": legal["cells_moved"], "total_move_um": round(legal["total_move_dbu"] / dbu, 1)},
         "std_cell_area_um2": round(placed["std_cell_area_um2"] + electrical.get("area_change_um2", 0.0)
-                                   + sizing["area_change_um2"]
+                                   + final_drv.get("area_change_um2", 0.0) + sizing["area_change_um2"]
                                    + isolating["area_added_um2"] + holding["area_added_um2"], 3),
         "std_cell_area_before_um2": placed["std_cell_area_um2"],
         "hpwl_um": round(wires["hpwl_um"], 1),
@@ -327,10 +343,16 @@ def summary_text(r: dict) -> str:
         f"{'met' if r['hold_met_fast'] else 'VIOLATED'}, design rules {'clean' if r['electrical_clean'] else 'VIOLATED'}",
         f"  sizing         {s['cells_resized']:,} cells up-sized in {len(s['passes']) - 1} passes, "
         f"{s['area_change_um2']:+,.1f} um2; stopped: {s['stopped']}",
-        f"  electrical     {r['electrical_repair'].get('nets_repaired', 0):,} nets over max capacitance rebuilt "
+        f"  electrical     {r['electrical_repair'].get('drivers_upsized', 0):,} drivers up-sized, "
+        f"{r['electrical_repair'].get('nets_repaired', 0):,} nets over max capacitance rebuilt "
         f"({r['electrical_repair'].get('buffers_added', 0):,} buffers), violations "
         f"{r['electrical_repair']['cap_violations_before']:,} -> "
         f"{r['electrical_repair'].get('cap_violations_after', r['electrical_repair']['cap_violations_before']):,}",
+        f"  after timing   {r['final_electrical_repair'].get('drivers_upsized', 0):,} drivers up-sized, "
+        f"{r['final_electrical_repair'].get('nets_repaired', 0):,} nets rebuilt "
+        f"({r['final_electrical_repair'].get('buffers_added', 0):,} buffers) for max capacitance, violations "
+        f"{r['final_electrical_repair']['cap_violations_before']:,} -> "
+        f"{r['final_electrical_repair'].get('cap_violations_after', r['final_electrical_repair']['cap_violations_before']):,}",
         f"  load isolation {r['load_isolation']['buffers_added']:,} buffers take "
         f"{r['load_isolation']['sinks_moved']:,} sinks off critical stages, {r['load_isolation']['area_added_um2']:+,.1f} um2",
         f"  hold repair    {r['hold_repair']['buffers_added']:,} x {r['hold_repair']['buffer']} on "
@@ -357,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--place", type=Path, default=Path("build/place"), help="folder of `make place`")
     ap.add_argument("--synth", type=Path, default=Path("build/synth"), help="folder with synth.json")
     ap.add_argument("--out", type=Path, default=Path("build/signoff"))
-    ap.add_argument("--period", type=float, default=10.0, help="clock period in ns")
+    ap.add_argument("--period", type=float, help="clock period in ns (default: the placement's, place.json period_ns)")
     ap.add_argument("--clock", default="clk")
     ap.add_argument("--budget", type=float, default=900.0, help="seconds the sizing passes may take")
     args = ap.parse_args(argv)

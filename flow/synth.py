@@ -778,6 +778,13 @@ def synthesize(rtl_dir: Path, out: Path, top: str | None = None, flatten: bool =
     if done is not None:
         progress(f"{rtl.top}: up to date ({out / 'synth.json'} has the same inputs: RTL, liberty, options, "
                  f"scripts); remove {out} to synthesize again")
+        if done["rtl"]["config_sha256"] != rtl.config_sha256:
+            # the same Verilog under a config.json that changed in what the netlist does not depend on (a
+            # recorded parameter): the netlist stands, the record names the config it now belongs to
+            done["rtl"] |= {"dir": str(rtl.rtl_dir), "config_sha256": rtl.config_sha256, "config": rtl.config}
+            tmp = out / "synth.json.tmp"
+            tmp.write_text(json.dumps(done, indent=1) + "\n")
+            tmp.replace(out / "synth.json")
         return done
     if stage.exists():
         shutil.rmtree(stage)

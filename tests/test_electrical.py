@@ -62,8 +62,36 @@ def test_nets_over_a_tightened_limit_are_rebuilt_and_keep_the_logic(placed, tmp_
                                            liberty_areas(slow), RcModel.from_lef(lef), "clk", tmp_path / "out")
     print(s)
     assert s["cap_violations_before"] > 0 and s["nets_repaired"] > 0 and s["buffers_added"] > 0
+    assert s["drivers_upsized"] > 0 and s["nets_forced"] + s["drivers_upsized"] <= s["cap_violations_before"]
     assert s["cap_violations_after"] < s["cap_violations_before"]
     assert s["repeater_spacing_um"] == REPEATER_SPACING_UM and len(d.comp_name) == len(xs) == len(ys)
     ok, log = equivalent(tmp_path, pdk.plain_liberty("typical", cache), placed / "synth" / "regions_small.sta.v",
                          Path(s["netlist"]), "regions_small")
     assert ok, log
+
+
+class _Design:
+    def __init__(self, names: list[str]):
+        self.comp_name, self.comp_key = names, [f"key_{n}" for n in names]
+
+
+def test_upsize_drivers_takes_the_smallest_size_that_carries_the_load():
+    """The smallest stronger size whose limit is UPSIZE_MARGIN x the load on every violating pin; a long net,
+    a port and a cell without a stronger size are left to the buffers."""
+    from flow.electrical import UPSIZE_MARGIN, UPSIZE_MAX_WIRE_UM, upsize_drivers
+    limits = {("XOR2_X1", "Z"): 25.0, ("XOR2_X2", "Z"): 50.0, ("NAND2_X1", "ZN"): 59.0, ("NAND2_X2", "ZN"): 118.0,
+              ("NAND2_X4", "ZN"): 236.0, ("FA_X1", "S"): 60.0, ("FA_X1", "CO"): 60.0}
+    ladders = {"XOR2": [1, 2], "NAND2": [1, 2, 4]}
+    names = ["x", "n", "far", "fa", "top"]
+    module = {"cells": {f"key_{n}": {"type": t} for n, t in
+                        zip(names, ["XOR2_X1", "NAND2_X1", "NAND2_X1", "FA_X1", "XOR2_X2"])}}
+    v = [{"net": "a", "driver": "x/Z", "load_ff": 30.0, "wire_um": 80.0},
+         {"net": "b", "driver": "n/ZN", "load_ff": 100.0, "wire_um": 200.0},      # X2 118 < 125: X4
+         {"net": "c", "driver": "far/ZN", "load_ff": 70.0, "wire_um": UPSIZE_MAX_WIRE_UM + 1},
+         {"net": "d", "driver": "fa/S", "load_ff": 70.0, "wire_um": 10.0},       # FA has one size
+         {"net": "e", "driver": "top/Z", "load_ff": 55.0, "wire_um": 10.0},      # XOR2_X2 is the largest
+         {"net": "f", "driver": "port", "load_ff": 99.0, "wire_um": 10.0}]
+    out = upsize_drivers(module, _Design(names), v, limits, ladders)
+    assert out == {"key_x": ("XOR2_X1", "XOR2_X2"), "key_n": ("NAND2_X1", "NAND2_X4")}
+    assert module["cells"]["key_n"]["type"] == "NAND2_X4" and module["cells"]["key_far"]["type"] == "NAND2_X1"
+    assert 100.0 * UPSIZE_MARGIN > 118.0

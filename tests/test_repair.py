@@ -197,3 +197,21 @@ def test_sta_times_the_repaired_netlist(placed_small_fanout):
     log = (base / "place" / "sta" / "typical.log").read_text()
     assert "@@PARASITICS" in log and "Warning" not in log, log[:2000]
     assert r["sta"]["typical"]["met"]
+
+
+def test_kept_buffers_stay_and_end_the_rebuilt_net(liberty):
+    """A buffer in ``keep`` (sign-off's hold and isolation buffers) is not removed: the rebuilt net ends at
+    it, and the net it drives (its sinks, the chain's next buffer) is its own, not rebuilt with the forced one."""
+    module = chain_module(60)
+    rng = random.Random(6)
+    print("seed 6")
+    xy = {k: (rng.uniform(0, 300), rng.uniform(0, 300)) for k in module["cells"]}
+    behind = [k for k, c in module["cells"].items() if c["connections"].get("A1") == [module["cells"]["b14"]["connections"]["Z"][0]]]
+    res = repair(module, xy, {2: (0, 0), 3: (0, 0), 4: (300, 300)}, input_caps(liberty.read_text()),
+                 liberty_areas(liberty), 0.2, steiner_factor, {2}, force=frozenset({10}), only_forced=True,
+                 keep=frozenset({"b14"}))
+    verify(module, res)
+    assert res.nets_repaired == 1 and res.buffers_removed == 0 and res.largest_fanout == 15   # g0..g13, b14
+    assert "b14" in module["cells"] and "b29" in module["cells"]
+    assert behind and all(module["cells"][k]["connections"]["A1"] == module["cells"]["b14"]["connections"]["Z"]
+                          for k in behind)

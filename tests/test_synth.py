@@ -51,6 +51,23 @@ def test_unchanged_inputs_reuse_the_result(mac, tmp_path):
     assert synthesize(rtl, tmp_path / "synth")["inputs_sha256"] != r["inputs_sha256"]
 
 
+def test_a_config_change_alone_keeps_the_netlist_and_names_the_new_config(tmp_path):
+    """config.json may change where the Verilog does not (a parameter recorded for later steps): the netlist
+    is reused, and synth.json then names the new config, so later steps do not take it for stale."""
+    rtl = tmp_path / "rtl"
+    shutil.copytree(DATA / "mac_sram", rtl)
+    first = synthesize(rtl, tmp_path / "synth")
+    stamp = (tmp_path / "synth" / "yosys.log").stat().st_mtime_ns
+    cfg = json.loads((rtl / "config.json").read_text())
+    (rtl / "config.json").write_text(json.dumps(cfg | {"recorded_only": 1}))
+    again = synthesize(rtl, tmp_path / "synth")
+    assert (tmp_path / "synth" / "yosys.log").stat().st_mtime_ns == stamp
+    assert again["inputs_sha256"] == first["inputs_sha256"]
+    assert again["rtl"]["config_sha256"] != first["rtl"]["config_sha256"]
+    assert json.loads((tmp_path / "synth" / "synth.json").read_text())["rtl"]["config_sha256"] == \
+        again["rtl"]["config_sha256"]
+
+
 def test_area_cells_and_macro_bits(mac):
     out, r = mac
     assert json.loads((out / "synth.json").read_text()) == json.loads(json.dumps(r))
