@@ -204,6 +204,9 @@ PRESETS: dict[str, ChipParams] = {
     "nano": ChipParams(),
     # a narrow variant that simulates fast; same arithmetic, fewer lanes
     "tiny": ChipParams(name="tiny", mac_lanes=4, mac_banks=2, max_fan_in=128, norm_lanes=4, mix_lanes=1, kda_lanes=1),
+    # every engine at its narrowest, for the physical flow in make test (tests/test_ci_chip.py)
+    "ci": ChipParams(name="ci", mac_lanes=4, mac_banks=1, max_fan_in=128, norm_lanes=1, ew_lanes=1, mix_lanes=1,
+                     comb_lanes=1, kda_lanes=1, mem_max_inflight=16),
 }
 
 

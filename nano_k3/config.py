@@ -116,7 +116,12 @@ TINY = ModelConfig(
     vocab=64, max_seq=16, group_size=64, layer_pattern="LF",
 )
 
-PRESETS: dict[str, ModelConfig] = {c.name: c for c in (NANO, TINY)}
+# The chip that make test takes through the physical flow (tests/test_ci_chip.py): every layer type and
+# engine of TINY, with half its KDA head (the KDA engine has one pair of state multipliers per column of
+# kda_dh) and a two-tap convolution.
+CI = dataclasses.replace(TINY, name="ci", kda_dh=8, conv_k=2)
+
+PRESETS: dict[str, ModelConfig] = {c.name: c for c in (NANO, TINY, CI)}
 
 
 def preset(name: str) -> ModelConfig:

@@ -36,7 +36,7 @@ def test_presets_and_unknown_name():
 def test_model_is_the_model_preset_of_the_same_name():
     from nano_k3.config import NANO, TINY
     assert preset("nano").model is NANO and preset("tiny").model is TINY
-    with pytest.raises(ValueError, match=r"no model preset named 'other'.*valid: nano, tiny"):
+    with pytest.raises(ValueError, match=r"no model preset named 'other'.*valid: ci, nano, tiny"):
         dataclasses.replace(ChipParams(), name="other").model
 
 
