@@ -1,0 +1,5 @@
+import sys
+
+from flow.synth.driver import main
+
+sys.exit(main())
