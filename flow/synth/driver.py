@@ -134,12 +134,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=None,
                     help="Yosys processes at a time, each mapping a part of the design (default: the CPUs this "
                          "process may use). The chip needs about 17 GB in one process, less per part")
-    # the children's entry points under their former names (a running flow started before the split calls them)
-    ap.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--worker", type=Path, help=argparse.SUPPRESS)      # the Yosys children (flow/synth/runner.py)
     ap.add_argument("--plan", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker or args.plan:
-        return worker.main(["part", str(args.worker)] if args.worker else ["plan", str(args.plan)])
+        return worker.main("part", args.worker) if args.worker else worker.main("plan", args.plan)
     return report_stage("flow.synth", SynthError,
                         lambda: synthesize(args.rtl, args.out, args.top, args.flatten, args.full_adders, args.jobs,
                                            part_cache=args.cache),

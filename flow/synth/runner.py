@@ -38,7 +38,7 @@ def _log_errors(log: Path) -> str:
 def _child(mode: str, job: dict, folder: Path) -> subprocess.Popen:
     (folder / "job.json").write_text(json.dumps(job, indent=1))
     with open(folder / "yosys.log", "w") as f:
-        return subprocess.Popen([sys.executable, "-m", "flow.synth.worker", mode, str(folder / "job.json")],
+        return subprocess.Popen([sys.executable, "-m", "flow.synth", f"--{mode}", str(folder / "job.json")],
                                 stdout=f, cwd=REPO)
 
 
@@ -107,7 +107,7 @@ def run_parts(job: dict, parts: list[Part], texts: list[str | None], digests: li
                 how = "its own modules" if texts[i] is not None else "all files"
                 progress(f"part {i + 1} of {n}: {parts[i].top} runs (digest {digests[i][:8]}, reads {how})")
                 label = f"{parts[i].top}: " if n > 1 else ""
-                running[i] = (_child("part", _part_job(job, parts[i], texts[i], dirs[i], stage, label), dirs[i]),
+                running[i] = (_child("worker", _part_job(job, parts[i], texts[i], dirs[i], stage, label), dirs[i]),
                               time.monotonic())
             time.sleep(0.5)
             for i, (proc, t) in list(running.items()):

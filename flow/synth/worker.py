@@ -1,4 +1,4 @@
-"""The Yosys side of synthesis, run in child processes (``python -m flow.synth.worker plan|part job.json``):
+"""The Yosys side of synthesis, run in child processes (``python -m flow.synth --plan|--worker job.json``):
 the plan (every module with a size estimate, for the partition) and the mapping of one part onto Nangate45.
 
 Yosys runs in child processes so that a large design's memory is returned to the system when they end, and a
@@ -8,7 +8,6 @@ part's cache digest (flow/synth/cache.py): a change to the script here maps ever
 from __future__ import annotations
 
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -230,13 +229,7 @@ def _sta_macro_types(ys, design) -> set[tuple[str, int, int]]:
 
 
 
-def main(argv: list[str]) -> int:
-    if len(argv) != 2 or argv[0] not in ("plan", "part"):
-        print("usage: python -m flow.synth.worker plan|part JOB.json", file=sys.stderr)
-        return 2
+def main(mode: str, job_path: Path) -> int:
+    """The child's entry point: ``mode`` "plan" or "part"."""
     die_with_parent()
-    return (plan_worker if argv[0] == "plan" else worker)(Path(argv[1]))
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    return (plan_worker if mode == "plan" else worker)(job_path)
