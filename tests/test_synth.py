@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from flow.synth import Part, SynthError, liberty_areas, partition, read_filelist, synthesize
+from flow.synth import Part, SynthError, liberty_areas, partition, read_filelist, runner, synthesize
+from flow.synth.sources import part_source, read_source
 
 DATA = Path(__file__).parent / "data"
 
@@ -195,3 +196,127 @@ def test_rtlil_netlist_is_the_sta_netlist(mac):
     cells_il = sorted(re.findall(r"^\s*cell \\(\S+) \\(\S+)$", il, re.M))
     assert len(cells_v) > 100 and cells_v == cells_il       # same instances (macros renamed by size in both)
     assert ("msh_sram_64x32", "acc_sram") in cells_il
+
+
+# ---------------------------------------------------------------------------------------------- part cache
+
+def _copy_design(name: str, dest: Path, edit: tuple[str, str] | None = None) -> Path:
+    """tests/data/<name> copied to ``dest``, with ``edit`` (old, new) applied once to its Verilog."""
+    shutil.copytree(DATA / name, dest)
+    if edit:
+        v = dest / f"{name}.v"
+        text = v.read_text()
+        assert text.count(edit[0]) == 1, edit
+        v.write_text(text.replace(*edit))
+    return dest
+
+
+def _yosys_runs(monkeypatch) -> list[str]:
+    """Records the Yosys children a synthesis starts (the plan and each part run)."""
+    runs: list[str] = []
+    real = runner._child
+
+    def child(mode, job, folder):
+        runs.append(f"{mode}:{job['top']}" if mode == "worker" else mode)
+        return real(mode, job, folder)
+    monkeypatch.setattr(runner, "_child", child)
+    return runs
+
+
+NETLISTS = ("regions_small.v", "regions_small.sta.v", "regions_small.sta.il", "regions_small.macros.v")
+
+
+@pytest.fixture(scope="module")
+def regions(tmp_path_factory):
+    """regions_small in three parts (rs_mul, rs_acc, the rest with those two as black boxes), its cache beside it."""
+    base = tmp_path_factory.mktemp("regions")
+    return base / "synth", synthesize(DATA / "regions_small", base / "synth", jobs=2)
+
+
+def test_a_second_synthesis_reuses_every_part(regions, tmp_path, monkeypatch, capsys):
+    out, first = regions
+    assert [(p["top"], p["reused"]) for p in first["parts"]] == \
+        [("rs_mul", False), ("rs_acc", False), ("regions_small", False)]
+    assert all(p["reads"] == "own modules" and (Path(first["part_cache"]) / p["digest"] / "meta.json").is_file()
+               for p in first["parts"])
+    runs = _yosys_runs(monkeypatch)
+    again = synthesize(DATA / "regions_small", tmp_path / "synth", jobs=2, part_cache=Path(first["part_cache"]))
+    assert runs == []                                        # no Yosys at all: the plan is cached too
+    err = capsys.readouterr().err
+    for k, p in enumerate(first["parts"], 1):
+        assert f"part {k} of 3: {p['top']} reused (cache {p['digest'][:8]})" in err
+    assert [(p["digest"], p["reused"], p["runtime_s"]) for p in again["parts"]] == \
+        [(p["digest"], True, 0.0) for p in first["parts"]]
+    for key in ("area", "cells", "macros", "hierarchy"):
+        assert again[key] == first[key], key
+    for name in NETLISTS:
+        assert (tmp_path / "synth" / name).read_text() == (out / name).read_text(), name
+
+
+def test_an_edited_module_maps_only_its_part_and_equals_a_cold_synthesis(regions, tmp_path, monkeypatch):
+    """rs_mul's logic changes (not its ports): its part runs again; the rest, which holds rs_mul as a black box,
+    is reused. The merged result is the one a synthesis of the edited design without any cache gives."""
+    _, first = regions
+    rtl = _copy_design("regions_small", tmp_path / "rtl", ("prod <= {p, p ^ {a, b}};", "prod <= {p, p ^ {b, a}};"))
+    runs = _yosys_runs(monkeypatch)
+    warm = synthesize(rtl, tmp_path / "warm" / "synth", jobs=2, part_cache=Path(first["part_cache"]))
+    assert runs == ["plan", "worker:rs_mul"]
+    assert [(p["top"], p["reused"]) for p in warm["parts"]] == \
+        [("rs_mul", False), ("rs_acc", True), ("regions_small", True)]
+    assert warm["parts"][0]["digest"] != first["parts"][0]["digest"]
+    cold = synthesize(rtl, tmp_path / "cold" / "synth", jobs=2)
+    assert cold["part_cache"] != warm["part_cache"] and not any(p["reused"] for p in cold["parts"])
+    assert [p["digest"] for p in cold["parts"]] == [p["digest"] for p in warm["parts"]]
+    for key in ("area", "cells", "macros", "hierarchy"):
+        assert warm[key] == cold[key], key
+    assert warm["area"] != first["area"]
+    for name in NETLISTS:
+        assert (tmp_path / "warm" / "synth" / name).read_text() == (tmp_path / "cold" / "synth" / name).read_text()
+
+
+def test_a_damaged_cache_entry_is_not_used(regions, tmp_path, monkeypatch):
+    """A changed file (same size), an entry without meta.json (a copy cut short) and the temporary folder of
+    an interrupted run: the two damaged parts are mapped again, the leftover folder removed."""
+    out, first = regions
+    cache = tmp_path / "cache"
+    shutil.copytree(first["part_cache"], cache)
+    mul, acc, rest = (cache / p["digest"] for p in first["parts"])
+    net = mul / "netlist.v"
+    net.write_bytes(net.read_bytes().replace(b"DFF_X1", b"DFF_X2", 1))
+    (acc / "meta.json").unlink()
+    (cache / ".tmp-0123456789abcdef-999999999").mkdir()          # no such process
+    runs = _yosys_runs(monkeypatch)
+    again = synthesize(DATA / "regions_small", tmp_path / "synth", jobs=2, part_cache=cache)
+    assert runs == ["worker:rs_mul", "worker:rs_acc"]
+    assert [p["reused"] for p in again["parts"]] == [False, False, True]
+    assert not (cache / ".tmp-0123456789abcdef-999999999").exists()
+    assert (acc / "meta.json").is_file() and b"DFF_X2" not in net.read_bytes()
+    for name in NETLISTS:
+        assert (tmp_path / "synth" / name).read_text() == (out / name).read_text(), name
+
+
+def test_a_part_reads_its_modules_and_its_black_boxes_ports():
+    source = read_source([DATA / "regions_small" / "regions_small.v"], [])
+    rest = part_source(source, Part("regions_small", ("rs_mul", "rs_acc"), 1),
+                       {"regions_small": {"subs": ["rs_core"]}, "rs_core": {"subs": ["rs_acc", "rs_ctl", "rs_front",
+                                                                                     "rs_mul"]}})
+    assert re.findall(r"^module (\w+)", rest, re.M) == ["rs_front", "rs_ctl", "rs_core", "regions_small", "rs_mul",
+                                                      "rs_acc"]
+    stubs = rest[rest.index("module rs_mul"):]
+    assert "output reg  [31:0] prod" in stubs and "always" not in stubs and "msh_sram" not in stubs
+    # the plan reaching a module the text does not name (a derived $paramod): the part reads every file
+    assert part_source(source, Part("regions_small", (), 1), {"regions_small": {"subs": ["$paramod\\x"]}}) is None
+
+
+def test_a_source_with_directives_is_read_whole(tmp_path):
+    """A preprocessor directive may reach across modules: such a source is not split, every part reads all
+    files, and the result is the split one's."""
+    rtl = _copy_design("mac_sram", tmp_path / "rtl")
+    (rtl / "mac_sram.v").write_text("`timescale 1ns / 1ps\n" + (rtl / "mac_sram.v").read_text())
+    assert "`timescale" in read_source([rtl / "mac_sram.v"], []).why
+    whole = synthesize(rtl, tmp_path / "synth", jobs=2)
+    split = synthesize(DATA / "mac_sram", tmp_path / "split" / "synth", jobs=2)
+    assert [p["reads"] for p in whole["parts"]] == ["all files", "all files"]
+    assert [p["reads"] for p in split["parts"]] == ["own modules", "own modules"]
+    assert whole["cells"]["count"] == split["cells"]["count"]
+    assert whole["macros"] == split["macros"]

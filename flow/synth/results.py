@@ -209,7 +209,8 @@ def summary_text(r: dict) -> str:
         f"  cells          {c['count']:>14,}",
         f"  ABC delay      {r['abc']['delay_ps']!s:>14} ps  (ABC's pre-layout estimate, worst module)",
         f"  runtime        {r['runtime_s']:>14.1f} s   ({len(r['parts'])} part(s), "
-        f"{sum(p['reused'] for p in r['parts'])} reused from the cache, {r['options']['jobs']} Yosys process(es) at a time)",
+        f"{sum(p['reused'] for p in r['parts'])} reused from the cache, {r['options']['jobs']} Yosys process(es) "
+        "at a time)",
         "", "by engine (top-level instances):",
     ]
     lines += [f"  {e['name']:<32} {e['module']:<28} {e['area_um2']:>12,.1f} um2 {e['cells']:>9,} cells"

@@ -52,7 +52,8 @@ def _part_error(part_dir: Path, code: int) -> SynthError:
                           "msh_sram / msh_rom instance (SPEC_NANO_KPU.md section 5).")
     if "unmapped_cells" in detail:
         return SynthError(f"cells left unmapped to Nangate45: {detail['unmapped_cells']} (see {part_dir}/yosys.log)")
-    return SynthError(f"Yosys failed (exit {code}); log {part_dir / 'yosys.log'}:\n" + _log_errors(part_dir / "yosys.log"))
+    log = part_dir / "yosys.log"
+    return SynthError(f"Yosys failed (exit {code}); log {log}:\n" + _log_errors(log))
 
 
 def run_plan(job: dict, stage: Path, cache: PartCache, source: Source) -> dict:
@@ -65,10 +66,13 @@ def run_plan(job: dict, stage: Path, cache: PartCache, source: Source) -> dict:
         return plan
     d = stage / "plan"
     d.mkdir()
-    proc = _child("plan", {**job, "part_out": str(d.resolve()), "macro_stubs": str((stage / "macro_stubs.v").resolve())}, d)
+    t0 = time.monotonic()
+    proc = _child("plan", {**job, "part_out": str(d.resolve()),
+                           "macro_stubs": str((stage / "macro_stubs.v").resolve())}, d)
     if proc.wait() != 0:
         raise _part_error(d, proc.returncode)
     plan = json.loads((d / "plan.json").read_text())
+    progress(f"{job['top']}: planned {len(plan)} modules in {time.monotonic() - t0:.0f} s (cache plan-{digest[:8]})")
     cache.store_plan(digest, plan)
     return plan
 
@@ -117,8 +121,9 @@ def run_parts(job: dict, parts: list[Part], texts: list[str | None], digests: li
                 if proc.returncode != 0:
                     raise _part_error(dirs[i], proc.returncode)
                 took = time.monotonic() - t
-                entry = cache.store(digests[i], dirs[i], {"top": parts[i].top, "blackbox": list(parts[i].blackbox),
-                                                          "mapped_in_s": round(took, 2), "created_unix": round(time.time(), 1)})
+                meta = {"top": parts[i].top, "blackbox": list(parts[i].blackbox), "mapped_in_s": round(took, 2),
+                        "created_unix": round(time.time(), 1)}
+                entry = cache.store(digests[i], dirs[i], meta)
                 runs[i] = PartRun(entry, digests[i], False, took, took)
                 left = len(todo) + len(running)
                 progress(f"part {i + 1} of {n}: {parts[i].top} mapped in {took:.0f} s ({left} part(s) to go)")

@@ -115,9 +115,9 @@ def _reach(edges: dict[str, frozenset[str] | list[str]], top: str, stop: set[str
     seen, todo = set(), [top]
     while todo:
         x = todo.pop()
-        if x not in seen and x not in stop and x in edges:
+        if x not in seen and x not in stop:
             seen.add(x)
-            todo += edges[x]
+            todo += edges.get(x, ())
     return seen
 
 
@@ -130,7 +130,7 @@ def part_source(source: Source, part: Part, plan: dict[str, dict]) -> str | None
     stop = set(part.blackbox)
     reached = _reach({m.name: m.refs for m in source.modules.values()}, part.top, stop)
     planned = _reach({m: p["subs"] for m, p in plan.items()}, part.top, stop)
-    if not planned <= reached or any(b not in source.modules for b in stop):
+    if part.top not in source.modules or not planned <= reached or any(b not in source.modules for b in stop):
         return None
     body = [m.text for m in source.modules.values() if m.name in reached]
     stubs = [source.modules[b].interface for b in part.blackbox]
