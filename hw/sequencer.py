@@ -117,8 +117,25 @@ class ChipBuild:
         return luts + [self.program.rom_image()]
 
 
+FEED_LANES = {Opc.RMS: "norm_lanes", Opc.EW: "ew_lanes", Opc.MIX: "mix_lanes", Opc.COMB: "comb_lanes",
+              Opc.KDA: "kda_lanes"}          # the ChipParams field of each op class the ElemFeeder feeds
+
+
+def feed_lanes(chip: ChipParams) -> dict[Opc, int]:
+    """Elements per element-feed transfer of each op class the ElemFeeder feeds."""
+    return {opc: getattr(chip, name) for opc, name in FEED_LANES.items()}
+
+
 def chip_build(chip: ChipParams, rom_dir: str = ROM_DIR) -> ChipBuild:
-    return ChipBuild(chip, chip.model, program_for(chip.model), rom_dir)
+    """The build of ``chip``; rejects lane counts the program's element feeds cannot use (the ElemFeeder
+    moves K elements a transfer and ends a feed at element n − K: n must be a multiple of K)."""
+    program = program_for(chip.model)
+    lanes = feed_lanes(chip)
+    for op in program.ops:
+        if op.opc in lanes and op.n % lanes[op.opc]:
+            raise ValueError(f"chip {chip.name!r}: op {op.listing().strip()!r} feeds n={op.n} elements, not a "
+                             f"multiple of {FEED_LANES[op.opc]}={lanes[op.opc]}")
+    return ChipBuild(chip, chip.model, program, rom_dir)
 
 
 class ChipCore(wiring.Component):
@@ -170,7 +187,7 @@ def _engines(m: Module, ctx) -> None:
     EL = chip.ew_lanes
     CL = chip.comb_lanes
     KL = chip.kda_lanes
-    elem_lanes = {Opc.RMS: NL, Opc.EW: EL, Opc.MIX: ML, Opc.COMB: CL, Opc.KDA: KL}   # elements per feed transfer
+    elem_lanes = feed_lanes(chip)                  # elements per feed transfer
     # a feed transfer carries K elements of each of an op's sources, and K PRF entries (mixer: w, proj)
     entries = max(MAX_SRCS, *(len(o.srcs) * elem_lanes.get(o.opc, 1) for o in prog.ops if o.opc in INTERLEAVED
                                or o.opc in elem_lanes))

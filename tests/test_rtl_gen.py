@@ -89,3 +89,11 @@ def test_registry_entries_elaborate():
         component = blk.build(ChipParams())
         assert component.signature.members, name
         Fragment.get(component, None)
+
+
+def test_chip_rejects_feed_lanes_its_program_cannot_use(tmp_path):
+    """The tiny model's KDA beta segment feeds one element: a 2-lane KDA feed would never end (the chip hung
+    there), so the chip build refuses it, naming the op and the field."""
+    import dataclasses
+    with pytest.raises(ValueError, match=r"KDA .* n=1 elements, not a multiple of kda_lanes=2"):
+        emit("chip", tmp_path / "rtl", dataclasses.replace(preset("tiny"), kda_lanes=2))
