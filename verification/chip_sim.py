@@ -48,6 +48,7 @@ SIM_NAME = "make-sim-chip"
 # or none (the file list defines msh_sram / msh_rom itself, e.g. a hand-written fixture).
 MACRO_MODELS = ("spec", "physical", "none")
 PROGRESS = re.compile(r"(PROGRESS|CHECK \S+ FAIL|RUN accepted|image and references|simulated \d+ cycles)")
+FIRST_LINE_OF_RUN = "image and references"
 LONG_LEN, SHORT_LEN = 48, 16            # SPEC §8's public lengths: the long run and the short run
 
 
@@ -100,11 +101,13 @@ def preset_of(cfg: dict) -> str:
 
 
 class _Follow(threading.Thread):
-    """Echo the progress lines of a running simulation's log (each run takes minutes)."""
+    """Echo the progress lines of a running simulation's log (each run takes minutes), each headed
+    "run k of n" (a run's first line is its image's), so make demo's status line counts the runs."""
 
-    def __init__(self, log: Path, tag: str):
+    def __init__(self, log: Path, tag: str, first: int, total: int):
         super().__init__(daemon=True)
         self.log, self.tag, self.done = log, tag, threading.Event()
+        self.run_no, self.total = first, total
 
     def run(self) -> None:
         pos, partial = 0, ""
@@ -123,17 +126,19 @@ class _Follow(threading.Thread):
                 for ln in lines:
                     if PROGRESS.search(ln):
                         msg = ln.split("cocotb.", 1)[-1].split(None, 1)[-1] if "cocotb." in ln else ln.strip()
-                        print(f"  [{self.tag}] {msg.strip()}", flush=True)
+                        self.run_no += FIRST_LINE_OF_RUN in msg
+                        print(f"  [{self.tag}] run {max(self.run_no, 1)} of {self.total}: {msg.strip()}", flush=True)
             if finished:
                 return
             self.done.wait(2.0)
 
 
 def _simulate(name: str, sources, top: str, runs: list[RunSpec], *, rand_reset: bool, rtl_dir: Path, tag: str,
-              build_dir: Path):
+              build_dir: Path, count: tuple[int, int]):
+    """``count``: (runs before these, runs in all) for the progress lines."""
     log = build_dir / "run.log"
     log.unlink(missing_ok=True)
-    follower = _Follow(log, tag)
+    follower = _Follow(log, tag, *count)
     follower.start()
     try:
         return run_chip_sim(name, sources, top, runs, rand_reset=rand_reset, rtl_dir=rtl_dir, build_dir=build_dir)
@@ -271,7 +276,8 @@ def run_chip(rtl: Path, out: Path, cfg: dict, *, runs: list[RunSpec] | None = No
     short = next((r for r in runs if r.profile == "short"), None) if rand_reset else None
     names = [r.name for r in runs] + ([short.name + RAND_RESET_SUFFIX] if short else [])
     print(f"sim: {len(names)} runs under Verilator: {', '.join(names)}", flush=True)
-    normal = _simulate(sim_name, sources, top, runs, rand_reset=False, rtl_dir=rtl, tag="sim", build_dir=build_dir)
+    normal = _simulate(sim_name, sources, top, runs, rand_reset=False, rtl_dir=rtl, tag="sim", build_dir=build_dir,
+                       count=(0, len(names)))
     collisions: dict[str, Counter] = {}
     if phys:
         _collisions(phys, normal.log, collisions)          # before the re-run writes its log there
@@ -281,7 +287,7 @@ def run_chip(rtl: Path, out: Path, cfg: dict, *, runs: list[RunSpec] | None = No
     if short is not None:
         print(f"sim: random initial state re-run of {short.name}", flush=True)
         rr = _simulate(sim_name, sources, top, [short], rand_reset=True, rtl_dir=rtl, tag="randreset",
-                       build_dir=build_dir)
+                       build_dir=build_dir, count=(len(runs), len(names)))
         rr_name = short.name + RAND_RESET_SUFFIX
         if phys:
             _collisions(phys, rr.log, collisions, RAND_RESET_SUFFIX)
