@@ -12,7 +12,7 @@ from flow.cli import job_count, publish, report_stage
 from flow.synth import worker
 from flow.synth.cache import PartCache, part_digests, pyosys_version
 from flow.synth.inputs import RtlInput, abc_period_ps, load_rtl
-from flow.synth.partition import partition
+from flow.synth.partition import partition, whole
 from flow.synth.results import RESULT_SCHEMA, build_result, merge_parts, summary_text
 from flow.synth.runner import REPO, run_parts, run_plan
 from flow.synth.sources import part_source, read_source
@@ -93,7 +93,7 @@ def synthesize(rtl_dir: Path, out: Path, top: str | None = None, flatten: bool =
     if source.modules is None:
         progress(f"{rtl.top}: the source is not split by module ({source.why}); every part reads all files")
     plan = run_plan(job, stage, store, source)
-    parts = partition(plan, rtl.top, 1 if flatten else jobs)
+    parts = whole(plan, rtl.top) if flatten else partition(plan, rtl.top)
     texts = [part_source(source, p, plan) for p in parts]
     digests = part_digests(job, parts, texts, source)
     progress(f"{rtl.top}: {len(rtl.files)} file(s) from {rtl.filelist}; {len(parts)} part(s), "
