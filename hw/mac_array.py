@@ -95,6 +95,8 @@ class MacArray(wiring.Component):
     """Weight store + INT4 dequant-MAC array (see the module docstring)."""
 
     LATENCY = 9    # command -> last result, beyond the store-port cycles (see the module docstring)
+    DRAIN = 3      # a block's results leave the result buffer through R1, R2, R3: the next block's first
+                   # transfer comes 3 cycles after a stalled block's last one was taken
 
     def __init__(self, params: MacArrayParams):
         require_instance(self, params, MacArrayParams)

@@ -41,9 +41,10 @@ FSM, pipeline depths named on the hardware classes (``ElemFeeder`` / ``WordFeede
 ``MacInput.LATENCY``, ``RegFifo.LATENCY``, ``MemEngine.REQ_LATENCY`` / ``RSP_LATENCY``,
 ``LogitsWriter.FIRST_BEAT``; read from them), and the empirical ones, ``FITTED``: read
 with verification/phase_monitor.py off one run, ``FITTED_RUN`` (nano-g128-s48-long), as the measured op
-cycles minus the engine formula. With them every op of that run is predicted to the cycle except each
-MoE's third SwiGLU (a cycle late: matvec results wait for the element-wise unit's VRF writes) and EMB's
-wait, whose read latency is jitter. verification/held_out.py scores the model on runs it was not read
+cycles minus the engine formula. With them every op of that run is predicted to the cycle except EMB's
+wait, whose read latency is jitter (matvec results that meet an element-wise op's VRF writes wait for
+them: ``_yield_vrf``); on the tiny chip the first position's first RMS can end a cycle away (the ROM
+check, not the tensor block, ends its load). verification/held_out.py scores the model on runs it was not read
 from (nano and tiny, both groups, stretched lengths, other seeds, two other lane configurations; ``make
 bench`` prints the table).
 
@@ -224,6 +225,7 @@ class _Cmd:
     issue: int                     # store-port cycles (MacArrayParams.issue_cycles)
     latency: int                   # command taken -> result written (0: the head, which waits itself)
     res: bool = False              # a residual matvec: DISPATCH starts nothing but a PLD until it is written
+    fan_out: int = 0
     cmd: int = 0
 
     @property
@@ -424,6 +426,8 @@ class PerfModel:
                 hazards = set(op.srcs) | ({op.dst} if writes else set())
                 wait += [d - now for x, d in owed if x in hazards]     # ... the results it depends on
             cost += max(wait)
+            if op.opc in (Opc.EW, Opc.COMB):                # its VRF writes hold back the matvec results
+                self._yield_vrf(op, now + cost - 1, [c for c in cmds if c.latency and c.done > now])
             if op.opc == Opc.KDA:                           # the state update starts after the state segments
                 if op.last:
                     cost = max(cost, kda_state_end + KdaEngine.drain(self.kda) - now)
@@ -449,7 +453,7 @@ class PerfModel:
                     push = min(d for _, d in owed if d > push)          # the result queue is full
                 c = _Cmd(op.dst, push, self.issue_cycles(op.fan_in, op.fan_out),
                          0 if op.head else self.mac_cycles(op) + s.mv_done
-                         + (s.res_word * -(-op.fan_out // LANES) if op.res else 0), bool(op.res))
+                         + (s.res_word * -(-op.fan_out // LANES) if op.res else 0), bool(op.res), op.fan_out)
                 take(c, mac_free)
                 cmds = [x for x in cmds if x.done > now] + [c]
                 if not op.head:
@@ -457,6 +461,37 @@ class PerfModel:
             out.append(OpCost(k, op.opc.name, op.name, ph, cost))
             now += cost
         return out
+
+    def vrf_writes(self, op: Op, last: int) -> set[int]:
+        """The cycles in which an EW or COMB op ending in cycle ``last`` writes its results to the VRF: one
+        transfer of K elements a cycle, the last in the cycle before ``last`` (the collector's ``col_done``);
+        the interleaved feed reads each further source's word first at every 16 elements, a cycle without
+        a transfer per source (hw/chip_glue.py ElemFeeder)."""
+        K = self.hw.ew_lanes if op.opc == Opc.EW else self.hw.comb_lanes
+        per_word, gap = max(1, LANES // K), len(op.srcs) - 1
+        out, c = set(), last - 1
+        for w in range(-(-op.n // LANES)):
+            for _ in range(min(per_word, op.n // K - w * per_word)):
+                out.add(c)
+                c -= 1
+            c -= gap
+        return out
+
+    def _yield_vrf(self, op: Op, last: int, cmds: list[_Cmd]) -> None:
+        """Matvec results wait for a cycle in which the running element op does not write the VRF (its own
+        writes go first, hw/chip_collect.py): each of a queued matvec's last result words that falls on one
+        of ``op``'s write cycles moves its completion a cycle later; the matvec after a held one leaves the
+        result buffer ``MacArray.DRAIN`` cycles after the held one's last word (hw/mac_array.py)."""
+        busy, held = self.vrf_writes(op, last), None
+        for c in cmds:
+            n_words = -(-min(c.fan_out, self.hw.mac_lanes) // LANES)
+            end = c.done - self.seq.mv_done
+            shift = 0 if held is None else max(0, held + MacArray.DRAIN + n_words - 1 - end)
+            for t in range(end - n_words + 1, end + 1):
+                while t + shift in busy:
+                    shift += 1
+            c.latency += shift
+            held = end + shift if shift else None      # a held block: the next one waits for its buffer
 
     def load(self, seq_len: int) -> dict[str, int]:
         """Load-phase cycles per region, as the phase monitor charges them (the region of the last read the

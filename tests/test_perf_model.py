@@ -6,7 +6,7 @@ The model is checked against independent sources, never against itself:
   $NANO_K3_PERF_PRESET, e.g. ``nano``: ~15 minutes whenever its RTL changes), simulated with the phase
   monitor once per RTL digest and re-simulated whenever the emitted RTL changes; three runs that vary
   seed, group size and length (``RUNS``), and one run of a tiny lane variant (``VARIANT``: other
-  element-wise, norm, mixer, combine and KDA lanes; one more Verilator build, a few minutes). None of
+  element-wise, norm, mixer and combine lanes; one more Verilator build, a few minutes). None of
   them is the run perf/model.py's empirical constants were read from (``perf.model.FITTED_RUN``). The
   claims checked are perf/model.py's own: every op predicted to the cycle except EMB's wait (SPEC §3
   read latency taken at its expectation) and ops a cycle late; the load phase, the finish and the
@@ -37,7 +37,7 @@ RUNS = [RunSpec(seq_len=run_length(preset(PRESET), 48), group=128, config=PRESET
 VARIANT = "tiny.narrow"
 CASES = [(PRESET, r) for r in RUNS] + [(h.chip, h.run) for h in held_out_runs() if h.chip == VARIANT][:1]
 RUN_IDS = [f"{r.name}-seed{r.seed}" if chip == PRESET else r.name for chip, r in CASES]
-ONE_CYCLE_LATE = 1        # perf/model.py: an op may end a cycle away (the MoE's third SwiGLU waits on a VRF write)
+ONE_CYCLE_LATE = 1        # perf/model.py: an op may end a cycle away (tiny: position 0's first RMS, after the ROM check)
 
 
 @pytest.fixture(scope="module")
