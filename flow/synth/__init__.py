@@ -14,10 +14,10 @@ module's direct children, or those of the single instance that wraps them all). 
 design as one module, as the benchmark does; it optimises across module boundaries but leaves only the top
 in the breakdown.
 
-Parts (``partition``): Yosys is single-threaded, so the design is cut into parts (the big engines, each with
-everything below it, and the rest of the design with those engines as black boxes) that ``--jobs`` Yosys
-processes map side by side. Each part reads only its own modules and its black boxes' port lists
-(``sources``), so its netlist depends on its own Verilog alone; ``--flatten`` is one part.
+Parts (``partition``): Yosys is single-threaded, so the design is cut into parts (each engine with everything
+below it, and the rest of the design with the engines as black boxes) that ``--jobs`` Yosys processes map side
+by side, largest first. Each part reads only its own modules and its black boxes' port lists (``sources``), so
+its netlist depends on its own Verilog alone; ``--flatten`` is one part.
 
 Cache (``cache``): each part's netlists and report data are kept in ``<out>_cache/<digest>/`` (``make clean``
 removes it with build/), the digest covering that part's Verilog, options, liberty, scripts and the pyosys
