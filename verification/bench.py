@@ -28,6 +28,7 @@ positions on this machine (measured, never asserted: a test must not depend on t
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -50,10 +51,13 @@ TIMING_SEED = 3
 
 
 def default_runs(config: str = "nano", seed: int = PUBLIC_SEED) -> list[RunSpec]:
+    """The throughput run and the other group's; another seed than the public one is in their names (so they
+    never share a name with a held-out run of another seed)."""
     from nano_k3.config import preset
     cfg = preset(config)
-    return [RunSpec(seq_len=run_length(cfg, 48), profile="long", group=128, config=config, seed=seed),
+    runs = [RunSpec(seq_len=run_length(cfg, 48), profile="long", group=128, config=config, seed=seed),
             RunSpec(seq_len=run_length(cfg, 48, 4 / 3), profile="long", group=64, config=config, seed=seed)]
+    return runs if seed == PUBLIC_SEED else [dataclasses.replace(r, name=f"{r.name}-seed{seed}") for r in runs]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -312,8 +316,12 @@ def bench(rtl: Path, out: Path, synth: Path, runs: Sequence[RunSpec], with_held_
     from verification.held_out import held_out_runs
     t0 = time.monotonic()
     chip = read_config(rtl / "config.json")[1]
-    names = {r.name for r in runs}
-    extra = [h.run for h in held_out_runs() if with_held_out and h.params == chip and h.run.name not in names]
+    names = {r.name: r for r in runs}
+    held = [h.run for h in held_out_runs() if with_held_out and h.params == chip]
+    for r in held:
+        if r.name in names and names[r.name] != r:
+            raise ValueError(f"held-out run {r} and bench run {names[r.name]} share the name {r.name!r}")
+    extra = [r for r in held if r.name not in names]
     sim = simulate(rtl, list(runs) + extra, out / SIM_NAME)
     for run in list(runs) + extra:
         got = sim.runs[run.name]
