@@ -61,8 +61,9 @@ def _short(name: str) -> str:
     return name if name.startswith("(") else name.rsplit("/", 1)[-1]
 
 
-def draw_floorplan(fj: dict, path: Path) -> None:
-    """Regions coloured by engine (legend: cells, area, utilisation), macros, I/O pins, the busiest links."""
+def draw_floorplan(fj: dict, path: Path) -> dict:
+    """Regions coloured by engine (legend: cells, area, utilisation), macros, I/O pins, the busiest links;
+    returns what it shows (title, axis labels, legend entries)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -113,5 +114,7 @@ def draw_floorplan(fj: dict, path: Path) -> None:
                  fontsize=10)
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, frameon=False,
               title="region (engine)", title_fontsize=8)
-    fig.savefig(path, bbox_inches="tight")         # with the legend beside the die
+    fig.savefig(path, format="png", bbox_inches="tight")         # with the legend beside the die
     plt.close(fig)
+    return {"title": ax.get_title(), "x_label": ax.get_xlabel(), "y_label": ax.get_ylabel(),
+            "legend": [h.get_label() for h in handles]}

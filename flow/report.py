@@ -10,7 +10,7 @@ produced its data. An input that does not exist is listed as "not run", never le
 but is not the producer's JSON is "unreadable"; a figure whose data exists but cannot be drawn is listed
 with the reason. Each output is written under a temporary name and renamed; a figure of an earlier report
 that this run could not draw is deleted, so a stale picture never passes for a current one. ``--brief``
-prints 5-11 lines (``make demo``'s closing summary: results, with ``--runtime`` each step's wall time from
+prints 6-12 lines (``make demo``'s closing summary: results, with ``--runtime`` each step's wall time from
 flow/runlog.py's record, and where the report in ``--out`` is) and writes nothing.
 
 The parts: flow/report_summary.py (headline numbers, the brief), flow/report_figures.py (bar charts),
@@ -25,6 +25,7 @@ from pathlib import Path
 
 from flow.report_figures import CHIP_SIM_COMMAND, atomic, fig_area, fig_bits, fig_slack, fig_tokens
 from flow.report_layout import fig_layout, fig_placement
+from flow.report_signoff import SIGNOFF_COMMAND, fig_floorplan, fig_routing_demand, md_signoff
 from flow.report_summary import (ARGMAX_GATE, COSINE_GATE, K3_TOKENS_PER_S, PORT_LIMIT_TOKENS_PER_S,
                                  READ_ROOFLINE_TOKENS_PER_S, brief, fmt, passed, placed_text,
                                  placement, summary)
@@ -45,8 +46,9 @@ STAGES = {
     "bench": ("bench/bench.json", "make bench", ()),
     "place_sta": ("place/sta/sta.json", "python -m flow.place --synth {build}/synth --out {build}/place",
                   ("top", "period_ns", "corners")),
+    "signoff": ("signoff/signoff.json", SIGNOFF_COMMAND, ("top", "corners", "signed_off", "std_cell_area_um2")),
 }
-FLOW_MINUTES_GOAL = 30       # synthesis + STA at three corners + placement of the chip on 2 cores (flow issue)
+FLOW_MINUTES_GOAL = 30       # synthesis through sign-off of the chip on 2 cores (issue 17 point 6)
 
 
 def load(build: Path) -> dict:
@@ -79,6 +81,8 @@ FIGURES = {
     "slack_by_corner.png": ("timing", fig_slack),
     "placement.png": ("placement", fig_placement),
     "layout.png": ("placement", fig_layout),
+    "floorplan.png": ("floorplan", fig_floorplan),
+    "routing_demand.png": ("signoff", fig_routing_demand),
 }
 
 
@@ -282,16 +286,19 @@ def flow_seconds(stages: list[dict]) -> float:
 
 
 def _md_runtime(stages: dict) -> list[str]:
-    """Wall-clock time of synthesis, STA and placement of the design, against the flow's 30-minute goal."""
+    """Wall-clock time of synthesis through sign-off, against the flow's 30-minute goal."""
     steps = [(k, stages[k]["data"].get("runtime_s") if stages[k]["data"] else None, stages[k]["command"])
-             for k in ("synth", "sta", "place")]
+             for k in ("synth", "sta", "place", "signoff")]
     md = ["## Flow runtime", "", "| step | seconds | command |", "|---|---|---|"]
     md += [f"| {k} | {fmt(t, ',.0f')} | `{cmd}` |" for k, t, cmd in steps]
-    if all(t is not None for _, t, _ in steps):
-        total = flow_seconds([stages[k]["data"] for k, _, _ in steps])
+    ran = [k for k, t, _ in steps if t is not None]
+    if ran:
+        total = flow_seconds([stages[k]["data"] for k in ran])
         verdict = "within" if total <= FLOW_MINUTES_GOAL * 60 else "over"
+        missing = [k for k, t, _ in steps if t is None]
         md += [f"| total, wall clock | {total:,.0f} ({total / 60:.1f} min, {verdict} the {FLOW_MINUTES_GOAL}-minute "
-               f"goal; steps that ran side by side count once) | |"]
+               f"goal; steps that ran side by side count once{'; not run: ' + ', '.join(missing) if missing else ''})"
+               " | |"]
     return md + [""]
 
 
@@ -351,7 +358,8 @@ def markdown(stages: dict, figs: list[dict]) -> str:
     md += ["## Speed (SPEC §8)", "", "tokens/s = 100 MHz / (RUN→DONE cycles of the long run / 48 positions); at the "
            "placed chip's clock, the same cycles/token at the slowest corner's shortest period after placement.", ""]
     md += _embed(figs, "speed")
-    md += _md_size(stages, figs) + _md_timing(stages, figs) + _md_place(stages, figs) + _md_runtime(stages)
+    md += _md_size(stages, figs) + _md_timing(stages, figs) + _md_place(stages, figs)
+    md += md_signoff(stages, lambda section: _embed(figs, section)) + _md_runtime(stages)
     md += _md_blocks(stages) + _md_orfs(stages)
     return "\n".join(md) + "\n"
 
@@ -371,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m flow.report", description=__doc__.split("\n\n")[0])
     ap.add_argument("--build", type=Path, default=Path("build"))
     ap.add_argument("--out", type=Path, default=Path("build/report"))
-    ap.add_argument("--brief", action="store_true", help="print 5-11 lines, write nothing")
+    ap.add_argument("--brief", action="store_true", help="print 6-12 lines, write nothing")
     ap.add_argument("--runtime", type=Path, help="with --brief: the steps' wall times recorded by flow.runlog")
     args = ap.parse_args(argv)
     if args.brief:

@@ -81,12 +81,14 @@ def why_faster(sp: dict) -> str | None:
 
 
 def placed_clock(stages: dict, sp: dict) -> dict:
-    """tokens/s at the clock the placed chip closes: the slowest corner's shortest period after placement
-    (post-placement STA), the cycles/token unchanged. Equal to the measured figure once placement closes
-    the clock the measurement assumes (tokens/s × cycles/token)."""
-    place_sta, place = stages["place_sta"], stages["place"]
+    """tokens/s at the clock the placed chip closes: the slowest corner's shortest period after sign-off's
+    repair (else after placement, post-placement STA), the cycles/token unchanged. Equal to the measured
+    figure once the placed chip closes the clock the measurement assumes (tokens/s × cycles/token)."""
+    place_sta, place, signed = stages["place_sta"], stages["place"], stages.get("signoff", {"data": None})
     out = dict.fromkeys(("corner", "min_period_ns", "mhz", "clock_ns", "tokens_per_s", "closes"))
-    if place_sta["data"]:
+    if signed["data"]:
+        corners, source = signed["data"]["corners"], signed
+    elif place_sta["data"]:
         corners, source = place_sta["data"]["corners"], place_sta
     elif place["data"]:
         corners, source = place["data"]["sta"], place             # place.json's copy of the same STA
@@ -200,7 +202,8 @@ def placed_text(p: dict) -> str:
                 "unknown")
     if p["status"] == "no period":
         return f"the post-placement STA ({p['path']}) has no shortest period at any corner"
-    where = (f"{p['corner']} corner's shortest period after placement is {p['min_period_ns']:.3f} ns "
+    after = "sign-off's repair" if p["path"].endswith("signoff.json") else "placement"
+    where = (f"{p['corner']} corner's shortest period after {after} is {p['min_period_ns']:.3f} ns "
              f"({p['mhz']:.1f} MHz)")
     if p["tokens_per_s"] is None:
         return f"not measured yet; the {where}"
@@ -215,8 +218,22 @@ def _slack_line(corners: dict, when: str) -> str:
                       if v[when] and v[when]["wns_ns"] is not None)
 
 
+def signoff_line(stages: dict) -> str:
+    """make demo's sign-off line: the verdict, setup slack per corner and hold after repair, what breaks."""
+    so = stages.get("signoff", {"data": None})["data"]
+    if so is None:
+        return "sign-off   : not run"
+    setup = " / ".join(f"{c} {fmt(v['wns_ns'])}" for c, v in so["corners"].items())
+    hold = so["corners"].get("fast", {}).get("worst_hold_slack_ns")
+    slew = sum(v["max_transition_violations"] or 0 for v in so["corners"].values())
+    dr = so["design_rules"]
+    return (f"sign-off   : {'SIGNED OFF' if so['signed_off'] else 'not signed off'}; slack {setup} ns after repair, "
+            f"hold {fmt(hold)} ns at fast; {slew:,} transition, {dr['max_capacitance_violations']:,} capacitance, "
+            f"{dr['max_fanout_violations']:,} fanout violations; cells {so['std_cell_area_um2'] / 1e6:.4f} mm2")
+
+
 def brief(stages: dict, runtime: dict | None = None, report: Path | None = None) -> str:
-    """5-11 lines: the closing summary of ``make demo``; with ``runtime`` (flow/runlog.py's record) each
+    """6-12 lines: the closing summary of ``make demo``; with ``runtime`` (flow/runlog.py's record) each
     step's wall time and the total, with ``report`` where the report is (or that it was not written)."""
     s = summary(stages)
     c, sp, z, t, p = s["correctness"], s["speed"], s["size"], s["timing"], s["placement"]
@@ -246,6 +263,7 @@ def brief(stages: dict, runtime: dict | None = None, report: Path | None = None)
                  else "timing     : not run")
     lines.append(f"timing post: slack {post} ns after placement (utilization {fmt(p['utilization'], '.2f')})"
                  if post else "placement  : not run")
+    lines.append(signoff_line(stages))
     if t["orfs_finish_setup_ws_ns"] is not None:
         lines.append(f"routed     : ORFS finish setup slack {t['orfs_finish_setup_ws_ns']:.3f} ns")
     lines += [f"warning    : {w}" for w in s["warnings"]]

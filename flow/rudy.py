@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pathlib import Path
+
 import numpy as np
 
 from flow.lefdef import Lef
@@ -83,10 +85,15 @@ def rudy(boxes: np.ndarray, die_um: tuple[float, float], macros_um: list[tuple[f
     return Rudy(demand, np.maximum(capacity, 0.0), gcell_um, LAYERS)
 
 
-def draw(r: Rudy, path, title: str) -> None:
+def draw(r: Rudy, path, title: str) -> dict:
+    """Draws the demand map into ``path`` (PNG) and what it shows (title, axis labels, legend) into
+    ``<path>.json``, for the report that shows it; returns that."""
+    import json
+
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
     ratio = r.ratio
     ny, nx = ratio.shape
@@ -97,12 +104,17 @@ def draw(r: Rudy, path, title: str) -> None:
     if (ratio > 1).any():
         ax.contour(np.arange(nx) * r.gcell_um + r.gcell_um / 2, np.arange(ny) * r.gcell_um + r.gcell_um / 2,
                    ratio, levels=[1.0], colors="cyan", linewidths=0.6)
+    legend = ["cyan line: demand = track capacity (metal2-6; metal5-6 over macros)"]
+    ax.legend(handles=[Line2D([], [], color="cyan", lw=1, label=legend[0])], loc="upper right", fontsize=7)
     d = r.as_dict()
     ax.set_title(f"{title}\npeak {d['peak_demand_over_capacity']:.2f}, "
                  f"{100 * d['share_of_gcells_over_capacity']:.2f} % of {d['gcells']:,} gcells over capacity "
                  f"({r.gcell_um:g} um gcells, metal2-6)", fontsize=9)
-    ax.set_xlabel("x (um)")
-    ax.set_ylabel("y (um)")
+    ax.set_xlabel("x (µm)")
+    ax.set_ylabel("y (µm)")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, format="png", dpi=110)
     plt.close(fig)
+    drawn = {"title": ax.get_title(), "x_label": ax.get_xlabel(), "y_label": ax.get_ylabel(), "legend": legend}
+    Path(f"{path}.json").write_text(json.dumps(drawn, indent=1) + "\n")
+    return drawn

@@ -138,7 +138,7 @@ def test_renders_with_every_input_missing(tmp_path):
     _check_figures(report, out, md)
     lines = brief(load(tmp_path / "build")).splitlines()
     assert lines == ["simulation : not run", "speed      : not measured yet (K3 8,721 tokens/s; port limit 20,470)",
-                     "synthesis  : not run", "timing     : not run", "placement  : not run"]
+                     "synthesis  : not run", "timing     : not run", "placement  : not run", "sign-off   : not run"]
 
 
 def test_block_sim_synth_sta(tmp_path):
@@ -158,7 +158,7 @@ def test_block_sim_synth_sta(tmp_path):
     _check_figures(report, out, md)
     assert "python -m verification.sim --rtl build/rtl --out build/sim" in md         # the summary's own command
     lines = brief(load(build)).splitlines()
-    assert 5 <= len(lines) <= 8
+    assert 5 <= len(lines) <= 9
     assert lines[0] == "simulation : PASS, 3/3 tests (mac_sram)"
     assert "1,283 cells" in lines[2] and lines[3].startswith("timing pre : slack slow 4.400 / typical 7.000 ns")
     assert lines[4] == "placement  : not run"
@@ -328,11 +328,49 @@ CHIP_DEF = _def("msh_chip_top", CHIP_DIE, [
     ("core/kda/state_sram/ram_0_0", "fakeram45_64x32", 2.0 + 21.0, 2.0)])
 
 
-def _chip_build(tmp_path):
-    return _build(tmp_path, {"sim/summary.json": CHIP_SIM, "synth/synth.json": CHIP_SYNTH,
-                             "sta/sta.json": {**STA, "top": "msh_chip_top"}, "place/place.json": CHIP_PLACE,
-                             "place/sta/sta.json": CHIP_PLACE_STA, "place/msh_chip_top.def": CHIP_DEF,
-                             "place/msh_chip_top.gds": _gds("msh_chip_top", CHIP_DIE)})
+CHIP_FLOORPLAN = {
+    "top": "msh_chip_top", "mode": "regions", "utilization_target": 0.6, "die_um": [0.0, 0.0, 80.0, 70.0],
+    "regions": [{"name": "core/mac", "rect_um": [0.0, 0.0, 40.0, 70.0], "cells": 3, "cell_area_um2": 4.0,
+                 "utilization": 0.5, "macros": 1},
+                {"name": "core/kda", "rect_um": [40.0, 0.0, 80.0, 70.0], "cells": 2, "cell_area_um2": 3.0,
+                 "utilization": None, "macros": 1}],
+    "macros": [{"rect_um": [2.0, 2.0, 20.0, 20.0]}, {"rect_um": [42.0, 2.0, 60.0, 20.0]}],
+    "nets_between_regions": [{"a": "core/mac", "b": "core/kda", "nets": 12}],
+    "io": [{"x_um": 0.0, "y_um": 35.0, "direction": "input"}, {"x_um": 80.0, "y_um": 35.0, "direction": "output"}]}
+
+
+def _signoff(wns_slow: float, std_area: float) -> dict:
+    corner = {"tns_ns": 0.0, "worst_hold_slack_ns": 0.2, "min_period_ns": 9.0, "max_transition_violations": 0,
+              "worst_path": {"start": "core/mac/_1_", "end": "core/kda/_4_"}, "worst_hold_path": None}
+    drv = {"cap_violations_before": 7, "drivers_upsized": 5, "nets_repaired": 2, "buffers_added": 9,
+           "buffers_removed": 1, "cap_violations_after": 0, "area_change_um2": 12.5}
+    return {"top": "msh_chip_top", "period_ns": 10.0, "signed_off": wns_slow >= 0, "setup_met_all_corners": wns_slow >= 0,
+            "hold_met_fast": True, "electrical_clean": True,
+            "clock": {"model": "ideal (no clock tree)", "setup_uncertainty_ns": 0.3, "hold_uncertainty_ns": 0.05},
+            "corners": {"slow": {**corner, "wns_ns": wns_slow, "min_period_ns": 10.0 - wns_slow},
+                        "typical": {**corner, "wns_ns": 5.0}, "fast": {**corner, "wns_ns": 6.0}},
+            "design_rules": {"max_capacitance_violations": 0, "max_fanout_violations": 0, "max_fanout": 16,
+                             "model": "estimate"},
+            "sizing": {"cells_resized": 3, "area_change_um2": 1.5, "stopped": "slack met"},
+            "electrical_repair": drv, "final_electrical_repair": {**drv, "drivers_upsized": 1},
+            "load_isolation": {"buffers_added": 1, "sinks_moved": 4, "area_added_um2": 0.8},
+            "hold_repair": {"buffers_added": 2, "buffer": "BUF_X1", "endpoints": 2, "area_added_um2": 1.6},
+            "std_cell_area_um2": std_area, "std_cell_area_before_um2": std_area - 16.4,
+            "routing_demand": {"peak_demand_over_capacity": 0.8, "share_of_gcells_over_capacity": 0.0},
+            "runtime_s": 60.0, "files": {"rudy_png": "rudy.png"}}
+
+
+def _chip_build(tmp_path, signoff: dict | None = None):
+    build = _build(tmp_path, {"sim/summary.json": CHIP_SIM, "synth/synth.json": CHIP_SYNTH,
+                              "sta/sta.json": {**STA, "top": "msh_chip_top"}, "place/place.json": CHIP_PLACE,
+                              "place/sta/sta.json": CHIP_PLACE_STA, "place/msh_chip_top.def": CHIP_DEF,
+                              "place/msh_chip_top.gds": _gds("msh_chip_top", CHIP_DIE),
+                              "place/floorplan.json": CHIP_FLOORPLAN, "signoff/signoff.json": signoff or _signoff(0.2, 600.0)})
+    import numpy as np
+    from flow.rudy import LAYERS, Rudy, draw
+    demand = np.array([[10.0, 30.0], [5.0, 0.0]])
+    draw(Rudy(demand, np.full((2, 2), 20.0), 40.0, LAYERS), build / "signoff" / "rudy.png", "msh_chip_top: test")
+    return build
 
 
 def test_chip_report_draws_every_figure_titled_and_captioned(tmp_path):
@@ -356,11 +394,34 @@ def test_chip_report_draws_every_figure_titled_and_captioned(tmp_path):
     assert place["title"].startswith("msh_chip_top: placement, 9 cells coloured by engine, 2 macros, die 80 × 70 µm")
     assert place["legend"] and figs["layout.png"]["title"].startswith("msh_chip_top: layout of the placed cells")
     tokens = figs["tokens_per_s.png"]
-    assert tokens["commands"] == [CHIP_SIM["command"], report["stages"]["place_sta"]["command"]]
-    assert "ours, same cycles/token at the slowest corner's post-placement clock" in tokens["legend"]
-    assert "at the placed clock: 8,395 tokens/s at the placed clock: the slow corner's" in tokens["note"]
+    assert tokens["commands"] == [CHIP_SIM["command"], report["stages"]["signoff"]["command"]]
+    assert "ours, same cycles/token at the slowest corner's clock after sign-off's repair" in tokens["legend"]
+    assert "tokens/s holds at the placed clock: the slow corner's shortest period after sign-off's repair is " \
+           "9.800 ns" in tokens["note"]
     lines = brief(load(build)).splitlines()
-    assert 5 <= len(lines) <= 9 and lines[3].startswith("  placed   : 8,395 tokens/s")
+    assert 5 <= len(lines) <= 10 and lines[3].startswith("  placed   : ") and \
+        "tokens/s holds at the placed clock: the slow corner's shortest period after sign-off's repair" in lines[3]
+    assert figs["floorplan.png"]["legend"][:2] == ["core/mac: 3 cells, 0.0k µm², rows 50 %, 1 macros",
+                                                   "core/kda: 2 cells, 0.0k µm², rows -, 1 macros"]
+    assert figs["routing_demand.png"]["title"].startswith("msh_chip_top: test\npeak 1.50")
+
+
+def test_signoff_section_per_corner_repair_and_priced_area(tmp_path):
+    """The sign-off part of the report: the verdict, one row per corner, every repair step with its area, and
+    the priced area after repair against the budget; make demo's brief says the same in one line."""
+    build = _chip_build(tmp_path, _signoff(-1.331, 2_719_367.0))
+    out = tmp_path / "report"
+    write_report(build, out)
+    md = (out / "report.md").read_text()
+    assert "`msh_chip_top` at 10.0 ns: **not signed off** (setup at every corner violated, hold at fast met" in md
+    assert "| slow | -1.331 | 0.000 | 0.200 | 11.331 | 0 | `core/mac/_1_` → `core/kda/_4_` |" in md
+    assert "| electrical repair (after timing) | 1 drivers up-sized, 2 nets rebuilt with 9 buffers (1 removed); " \
+           "max-cap violations 7 → 0 | +12.5 |" in md
+    priced = (2_719_367.0 + CHIP_SYNTH["area"]["macro_um2"]) / 1e6
+    assert f"**{priced:.3f} mm²** ({'within' if priced <= 4 else 'over'} the 4 mm² budget)" in md
+    line = next(ln for ln in brief(load(build)).splitlines() if ln.startswith("sign-off"))
+    assert line.startswith("sign-off   : not signed off; slack slow -1.331 / typical 5.000 / fast 6.000 ns after "
+                           "repair, hold 0.200 ns at fast; 0 transition, 0 capacitance, 0 fanout violations")
 
 
 def test_placement_and_layout_without_their_files_or_the_pdk_say_why(tmp_path, monkeypatch):
@@ -449,7 +510,7 @@ def test_unreadable_input_is_reported(tmp_path, text, error):
 
 
 def test_figure_table_names_are_unique_pngs():
-    assert all(name.endswith(".png") and section in {"speed", "size", "timing", "placement"}
+    assert all(name.endswith(".png") and section in {"speed", "size", "timing", "placement", "floorplan", "signoff"}
                for name, (section, _) in FIGURES.items())
 
 
@@ -458,7 +519,8 @@ def test_flow_runtime_is_summed_against_the_goal(tmp_path):
                               "place/place.json": PLACE})
     write_report(build, tmp_path / "report")
     md = (tmp_path / "report" / "report.md").read_text()
-    assert "| total, wall clock | 2,520 (42.0 min, over the 30-minute goal; steps that ran side by side count once) | |" in md
+    assert ("| total, wall clock | 2,520 (42.0 min, over the 30-minute goal; steps that ran side by side count once; "
+            "not run: signoff) | |") in md
 
 
 def test_flow_runtime_counts_steps_side_by_side_once():
