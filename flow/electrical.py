@@ -9,7 +9,8 @@ few millimetres away: 200 fF on a gate allowed 27 fF, 3.7 ns transitions at the 
 * a stronger size of its driver (``upsize_drivers``) when one can carry the load with a margin and the net
   is short enough that its own wire does not spoil the transitions (``UPSIZE_MAX_WIRE_UM``): no new cell;
 * else flow/repair.py rebuilds it as a clustered buffer tree from the legal placement, with repeaters
-  every ``REPEATER_SPACING_UM`` along each long edge (starting at the driver).
+  every ``REPEATER_SPACING_UM`` along each long edge (starting at the driver), and a buffer at the driver
+  when the tree's first level is still more than the driver may drive (``drive_limits``).
 
 The wider and new cells are fitted into the rows (flow/relegalize.py), and the netlist, DEF and SPEF are
 written again, so the timing repair that follows reads real wires. Only buffers are added and removed,
@@ -31,6 +32,7 @@ from flow.place_netlist import build_design, inst_path, net_names, progress
 from flow.relegalize import relegalize
 from flow.repair import repair, verify, write_verilog
 from flow.resize import SIZED, size_ladders
+from flow.sta import DRIVING_CELL
 
 REPEATER_SPACING_UM = 250.0
 UPSIZE_MARGIN = 1.25                # a stronger driver's limit over its load: room for the changes that follow
@@ -71,6 +73,21 @@ def upsize_drivers(module: dict, d, violations: list[dict], limits: dict[tuple[s
     return out
 
 
+def drive_limits(module: dict, limits: dict[tuple[str, str], float]):
+    """(driver cell key or None for an input port, bit) -> the max capacitance (fF) of the pin that drives
+    the bit, or None where the liberty gives none (a macro)."""
+    port_limit = limits.get(DRIVING_CELL)
+
+    def limit(key: str | None, bit: int) -> float | None:
+        if key is None:
+            return port_limit
+        c = module["cells"][key]
+        pin = next((p for p, bits in c["connections"].items()
+                    if c.get("port_directions", {}).get(p) == "output" and bit in bits), None)
+        return limits.get((c["type"], pin))
+    return limit
+
+
 def repair_design(module: dict, state: dict, lef, sizes, top: str, caps, limits, areas, rc, clock: str,
                   out: Path | None, keep: frozenset[str] = frozenset()) -> tuple[tuple, dict]:
     """Fixes every net of the placed ``state`` that breaks max capacitance: a stronger driver where one
@@ -99,7 +116,8 @@ def repair_design(module: dict, state: dict, lef, sizes, top: str, caps, limits,
     if force:
         cell_xy, port_xy, clock_bits = repair_positions(module, d, fp, xs, ys, dbu, clock)
         res = repair(module, cell_xy, port_xy, caps, areas, (rc.c_h + rc.c_v) / 2, steiner_factor, clock_bits,
-                     progress, force=force, spacing_um=REPEATER_SPACING_UM, only_forced=True, keep=keep)
+                     progress, force=force, spacing_um=REPEATER_SPACING_UM, only_forced=True, keep=keep,
+                     drive_limit=drive_limits(module, limits))
         verify(module, res)
         new_cells = res.new_cells
         summary |= {**res.as_dict(), "area_change_um2": round(res.area_added_um2 - res.area_removed_um2

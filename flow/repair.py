@@ -183,12 +183,17 @@ class TreeBuilder:
                 t = k * spacing
                 px, py = (x + t * (1 if dx > 0 else -1), y) if t <= abs(dx) else \
                     (x + dx, y + (t - abs(dx)) * (1 if dy > 0 else -1))
-                node = self._buffer_at(px, py, [node])
+                node = self.buffer_at(px, py, [node])
             out.append(node)
         return out
 
-    def _buffer_at(self, x: float, y: float, children: list[_Node]) -> _Node:
-        load = sum(abs(n.x - x) + abs(n.y - y) for n in children) * self.c_per_um + sum(n.cap for n in children)
+    def load_at(self, x: float, y: float, children: list[_Node]) -> float:
+        """What a gate at (x, y) drives into ``children``: a star of Manhattan wires and their input pins."""
+        return sum(abs(n.x - x) + abs(n.y - y) for n in children) * self.c_per_um + sum(n.cap for n in children)
+
+    def buffer_at(self, x: float, y: float, children: list[_Node]) -> _Node:
+        """A buffer at (x, y) driving ``children``, sized for that load."""
+        load = self.load_at(x, y, children)
         master = next((b for b in self.buffers if load <= LOAD_PER_DRIVE_FF * int(b.rsplit("X", 1)[1])),
                       self.buffers[-1])
         return _Node(x, y, self.caps[(master, "A")], children=children, master=master)
@@ -234,7 +239,7 @@ def repair(module: dict, cell_xy: dict[str, tuple[float, float]], port_xy: dict[
            caps: dict[tuple[str, str], float], areas: dict[str, float], c_per_um: float, steiner,
            clock_bits: set[int], progress=lambda msg: None, force: frozenset[int] = frozenset(),
            spacing_um: float | None = None, only_forced: bool = False,
-           keep: frozenset[str] = frozenset()) -> RepairResult:
+           keep: frozenset[str] = frozenset(), drive_limit=None) -> RepairResult:
     """Rebuilds, in ``module`` (a flat Yosys JSON module, edited in place), every logical net with more than
     ``MAX_FANOUT`` sinks as a clustered buffer tree, and so the logical nets whose source bit is in
     ``force`` whatever their fanout. ``cell_xy``: placed centre of every cell (um); a sink without one (an
@@ -242,7 +247,10 @@ def repair(module: dict, cell_xy: dict[str, tuple[float, float]], port_xy: dict[
     position per port bit. ``spacing_um``: a rebuilt net's edges this long or longer get repeaters
     (``TreeBuilder.repeaters``), starting from the driver's position. ``only_forced``: rebuild the nets of
     ``force`` alone (the trees built at placement stay as they are). ``keep``: buffers (cell keys) that are
-    not removed: a rebuilt net ends at them (sign-off's hold and load-isolation buffers)."""
+    not removed: a rebuilt net ends at them (sign-off's hold and load-isolation buffers).
+    ``drive_limit(driver cell key or None for a port, bit)``: the driver's max capacitance (fF) or None; a
+    rebuilt net whose first level (wires to its top buffers and their inputs) is more than that gets one
+    more buffer, at the driver, in front of it (a weak gate such as NOR4_X1 may drive 10 fF)."""
     net = _Netlist.of(module, keep)
     builder = TreeBuilder(caps, c_per_um, steiner)
     res = RepairResult()
@@ -273,6 +281,10 @@ def repair(module: dict, cell_xy: dict[str, tuple[float, float]], port_xy: dict[
         at = port_xy.get(root) if drv is None else cell_xy.get(drv)
         if spacing_um and at is not None:
             top = builder.repeaters(at[0], at[1], top, spacing_um)
+        if drive_limit is not None and at is not None and top:
+            limit = drive_limit(drv, root)
+            if limit is not None and builder.load_at(at[0], at[1], top) > limit:
+                top = [builder.buffer_at(at[0], at[1], top)]
         top += [_Node(0.0, 0.0, 0.0, sink=leaf) for leaf in unplaced]
         for key in bufs:
             c = net.cells.pop(key)

@@ -318,6 +318,7 @@ def _result(top, placed, drv: tuple[dict, dict], sized, moved, held, areas, lega
         "design_rules": r,
         "routing_demand": demand.as_dict(),
         "runtime_s": round(time.monotonic() - t_start, 1),
+        "finished_unix": round(time.time(), 1),
         "runtime_by_step_s": {k: round(v, 1) for k, v in timing.items()},
         "files": {"netlist": f"{top}.v", "def": f"{top}.def", "spef": f"{top}.spef", "sta": "sta/sta.json",
                   "rudy_png": "rudy.png", "sizing_log": "resize.log"},

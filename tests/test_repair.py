@@ -215,3 +215,27 @@ def test_kept_buffers_stay_and_end_the_rebuilt_net(liberty):
     assert "b14" in module["cells"] and "b29" in module["cells"]
     assert behind and all(module["cells"][k]["connections"]["A1"] == module["cells"]["b14"]["connections"]["Z"]
                           for k in behind)
+
+
+def test_a_weak_driver_gets_a_buffer_at_its_side(liberty):
+    """A NOR4_X1 (max capacitance 10.5 fF) with one sink 600 um away: the repeaters every 250 um leave it 250 um
+    of wire (about 15 fF) and a buffer, too much for it; one more buffer at the driver takes that load. With
+    no limit, or a strong driver, the chain starts 250 um out as before."""
+    def module():
+        cells = {"nor": {"type": "NOR4_X1", "port_directions": {"A1": "input", "A2": "input", "A3": "input",
+                                                                "A4": "input", "ZN": "output"},
+                         "connections": {"A1": [3], "A2": [3], "A3": [3], "A4": [3], "ZN": [10]}},
+                 "g": {"type": "INV_X1", "port_directions": {"A": "input", "ZN": "output"},
+                       "connections": {"A": [10], "ZN": [11]}}}
+        return {"ports": {"d": {"direction": "input", "bits": [3]}, "q": {"direction": "output", "bits": [11]}},
+                "cells": cells, "netnames": {}}
+    xy = {"nor": (0.0, 0.0), "g": (600.0, 0.0)}
+    caps = input_caps(liberty.read_text())
+    for limit, first_x in ((10.46, 0.0), (None, 250.0)):
+        m = module()
+        res = repair(m, xy, {3: (0, 0), 11: (600, 0)}, caps, liberty_areas(liberty), 0.058, steiner_factor, set(),
+                     force=frozenset({10}), spacing_um=250.0, only_forced=True,
+                     drive_limit=lambda key, bit: limit if key == "nor" else None)
+        verify(m, res)
+        first = [k for k, c in m["cells"].items() if c["connections"].get("A") == [10]]
+        assert len(first) == 1 and res.new_cells[first[0]] == (first_x, 0.0), (limit, res.new_cells)
