@@ -24,6 +24,9 @@ removes it with build/), the digest covering that part's Verilog, options, liber
 version; a part whose digest is there is not mapped again, so editing one engine maps that engine's part
 only. synth.json's ``parts`` says per part whether it was reused and its digest. A whole result made from
 the same inputs (``inputs_sha256``) is reused as it stands: ``make sta`` after ``make synth`` maps nothing.
+Measured on the nano chip (1.88M cells, 16 parts, ``--jobs 2`` on the loaded 2-core machine): 27 min cold
+(kda's part alone 19 min), 47 s after an edit of the norm engine (its part: 42 s), 16 s after a comment in
+the router (merged netlists byte-identical to the cold ones), 4 s with every part cached.
 
 Files: ``spec`` (SPEC facts, the error), ``inputs`` (RTL folder, file list, clock, liberty areas),
 ``partition``, ``sources`` (the Verilog split by module), ``worker`` (the Yosys children), ``cache``,
