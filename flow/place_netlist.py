@@ -26,8 +26,11 @@ class PlaceError(RuntimeError):
     """Placement could not run; the message says what is missing or wrong."""
 
 
+PROGRESS_TAG = {"stage": "place"}      # the stage that prints: flow.signoff sets "signoff" (it uses these steps too)
+
+
 def progress(msg: str) -> None:
-    print(f"[place] {msg}", file=sys.stderr, flush=True)
+    print(f"[{PROGRESS_TAG['stage']}] {msg}", file=sys.stderr, flush=True)
 
 
 # ---------------------------------------------------------------------------------------------- netlist

@@ -45,7 +45,7 @@ from flow.macro_map import MacroMapError, storage_lib
 from flow.parasitics import RcModel
 from flow.place import STATE_FILE, _read_lefs, load_state, write_outputs
 from flow.place_flat import pin_xy
-from flow.place_netlist import PlaceError, build_design, inst_path, net_names, progress
+from flow.place_netlist import PROGRESS_TAG, PlaceError, build_design, inst_path, net_names, progress
 from flow.relegalize import relegalize
 from flow.electrical import repair_design
 from flow.repair import RepairError, input_caps, write_verilog
@@ -169,6 +169,7 @@ def _net_boxes(d, fp, xs, ys, orient, dbu: int) -> np.ndarray:
 def signoff(place_dir: Path, synth: Path, out: Path, period_ns: float | None = None, clock: str = "clk",
             budget_s: float = 900.0, cache: Path = REPO / "build" / "pdk_cache") -> dict:
     t_start = time.monotonic()
+    PROGRESS_TAG["stage"] = "signoff"
     pj = place_dir / "place.json"
     if not pj.is_file():
         raise SignoffError(f"{pj} not found: run `make place` (python -m flow.place) first")
