@@ -8,12 +8,16 @@ with ``STATUS_BAD_ROM | k``. These functions add their logic to the chip core's 
 """
 from __future__ import annotations
 
+import functools
+import operator
 from types import SimpleNamespace
 
 from amaranth.hdl import Cat, Module, Mux, Signal
 
 from hw.mac_array import EMB_RECORDS, emb_table_bytes
 from hw.params import log2
+from hw.weight_store import BEAT_BYTES
+from nano_k3.config import GROUP_SIZES
 from nano_k3.image import (DESC_BYTES, FORMAT_VERSION, HEADER_BYTES, HEADER_CFG_WORDS, HEADER_USED_WORDS,
                             HEADER_WORD, MAGIC, STATUS_BYTES, logits_stride)
 
@@ -47,7 +51,7 @@ def header_checks(m: Module, ctx) -> None:
         "magic": h.magic == MAGIC,
         "version": h.version == FORMAT_VERSION,
         "dims": Cat(*[getattr(h, f) == v for f, v in expect.items()]).all(),
-        "group": (h.group_size == 64) | (h.group_size == 128),
+        "group": functools.reduce(operator.or_, [h.group_size == g for g in GROUP_SIZES]),
         "seq_len": (h.seq_len >= 1) & (h.seq_len <= cfg.max_seq),
         "positions": h.positions == h.seq_len,
         "align": Cat(*[getattr(h, f)[:4] == 0 for f in ADDRESS_WORDS]).all(),
@@ -57,7 +61,7 @@ def header_checks(m: Module, ctx) -> None:
                   & (A(h.argmax_addr) + 4 * A(h.seq_len) <= h.status_addr)
                   & (A(h.status_addr) + STATUS_BYTES == h.scratch_addr) & (mem_end < (1 << ADDR_BITS))),
         "tensor_size": (A(h.tokens_addr) - A(h.desc_addr) - DESC_BYTES * A(h.n_records)
-                        <= 16 * mp.store.beats + emb_table_bytes(cfg)),
+                        <= BEAT_BYTES * mp.store.beats + emb_table_bytes(cfg)),
     }
     fail_code = Signal(8)
     for k, name in reversed(list(enumerate(HDR_CHECKS[:-1]))):
@@ -141,7 +145,7 @@ def load_states(m: Module, ctx) -> None:
                 m.next = "DESC_CHECK"
     with m.State("DESC_CHECK"):
         m.d.sync += core.cycles_load.eq(core.cycles_load + 1)
-        with m.If(bad_desc | (A(h.tokens_addr) - tensor_base > 16 * mp.store.beats)):
+        with m.If(bad_desc | (A(h.tokens_addr) - tensor_base > BEAT_BYTES * mp.store.beats)):
             m.d.sync += status_word.eq(STATUS_BAD | len(HDR_CHECKS))
             m.next = "ERR"
         with m.Else():

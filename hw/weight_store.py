@@ -35,9 +35,10 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.data import ArrayLayout, StructLayout
 from amaranth.lib.wiring import In, Out
 
+from hw.mem_engine import SPEC_BEAT_BITS
 from hw.params import require_instance
 
-BEAT_BYTES = 16            # SPEC §1/§3 memory beat; one msh_sram word
+BEAT_BYTES = SPEC_BEAT_BITS // 8      # SPEC §1/§3 memory beat; one msh_sram word
 BEAT_BITS = 8 * BEAT_BYTES
 
 
