@@ -36,6 +36,7 @@ from flow.sta import DRIVING_CELL
 
 REPEATER_SPACING_UM = 250.0
 UPSIZE_MARGIN = 1.25                # a stronger driver's limit over its load: room for the changes that follow
+CAP_MARGIN = 0.85                   # the repair's target: this share of each driver's max capacitance
 # A net longer than this gets repeaters even when a stronger driver could carry its load: its own RC slows
 # the far sinks' transitions (metal3: 3.6 ohm/um, 0.052 fF/um; 1 mm alone is about 0.2 ns of transition,
 # over the typical corner's 0.199 ns and the fast corner's 0.146 ns limits; 500 um is about 0.05 ns).
@@ -94,7 +95,11 @@ def repair_design(module: dict, state: dict, lef, sizes, top: str, caps, limits,
     suffices (``upsize_drivers``), else the net is rebuilt as a buffer tree with repeaters (buffers in
     ``keep`` stay). Returns the new (design, xs, ys, orient) and a summary. With ``out``, writes
     ``<top>.v``, ``.def`` and ``.spef`` there when it changed anything (``summary["netlist"]``,
-    ``summary["spef"]``)."""
+    ``summary["spef"]``). It repairs against ``CAP_MARGIN`` x each limit (the summary's counts are against
+    that target): at the slow corner a driver at its limit with a slow input edge is already past its
+    max transition (measured on the ci chip: 564 pins at 0.55 ns against 0.5 ns, every net within its
+    capacitance limit)."""
+    limits = {k: v * CAP_MARGIN for k, v in limits.items()}
     d, fp, xs, ys, orient = state["design"], state["floorplan"], state["xs"], state["ys"], state["orient"]
     dbu = lef.dbu
     before = design_rules.check(d, fp, xs, ys, orient, caps, limits, rc, dbu, {clock})
@@ -104,7 +109,8 @@ def repair_design(module: dict, state: dict, lef, sizes, top: str, caps, limits,
     force = frozenset(bit_of[v["net"]] for v in before.cap_violations
                       if v["net"] in bit_of and key_of.get(v["driver"].rsplit("/", 1)[0]) not in upsized)
     upsize_area = sum(areas.get(new, 0.0) - areas.get(old, 0.0) for old, new in upsized.values())
-    summary = {"cap_violations_before": len(before.cap_violations), "drivers_upsized": len(upsized),
+    summary = {"cap_margin": CAP_MARGIN, "cap_violations_before": len(before.cap_violations),
+               "drivers_upsized": len(upsized),
                "upsize_area_um2": round(upsize_area, 3), "nets_forced": len(force),
                "repeater_spacing_um": REPEATER_SPACING_UM, "upsize_margin": UPSIZE_MARGIN,
                "area_change_um2": round(upsize_area, 3)}

@@ -55,12 +55,15 @@ def test_ci_chip_is_placed_in_engine_regions(flow):
     assert fp["mode"] == "regions" and {r["name"] for r in fp["regions"]} == engines, fp["mode"]
 
 
-# Measured (ci chip, 672,042 cells; python -m flow.place / flow.signoff by hand, same stages as the fixture):
-# setup met at every corner (slow +0.185, typical +6.177, fast +6.806 ns), hold at fast +0.0001 ns, but the
-# electrical repair leaves 17 max-capacitance violations (core/mac and core nets of ~450-600 um wire whose
-# up-sized driver still has a 10-16 fF limit) and 907 max-transition violations (slow 749, typical 79, fast 79).
-@pytest.mark.xfail(strict=True, reason="design rules: 17 max-capacitance and 907 max-transition violations left "
-                   "after electrical repair (setup and hold are met)")
+# Measured (ci chip, 672,042 cells; python -m flow.signoff --place <ci place> --synth <ci synth> --out <out>, at
+# commit 6943c59, electrical repair with a buffer at weak drivers): setup met at every corner (slow +0.184,
+# typical +6.176, fast +6.805 ns), hold at fast +0.0001 ns, 0 max-capacitance violations (1,186 -> 11 before
+# timing repair, 14 -> 0 after it), 0 max-fanout; 564 max-transition violations, all at the slow corner and
+# marginal (0.55 ns against 0.5: drivers at their capacitance limit with a slow input edge; typical and fast 0).
+# Before that commit: 17 capacitance and 907 transition violations. electrical.CAP_MARGIN (repair to 85 % of the
+# limits) came after this measurement and is meant for those 564; not yet measured on this chip.
+@pytest.mark.xfail(strict=True, reason="design rules: 564 max-transition violations at the slow corner (0.55 ns against "
+                   "0.5) after repair at 6943c59 (setup, hold and capacitance are met)")
 def test_ci_chip_signs_off_at_its_clock(flow):
     r = flow["signoff"]
     corners = r["corners"]
