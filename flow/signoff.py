@@ -341,7 +341,8 @@ def summary_text(r: dict) -> str:
         f"sign-off of {r['top']} at {r['period_ns']} ns ({r['clock']['model']}, uncertainty setup "
         f"{r['clock']['setup_uncertainty_ns']} ns / hold {r['clock']['hold_uncertainty_ns']} ns; placed wires, not routed)",
         f"  verdict        {'SIGNED OFF' if r['signed_off'] else 'NOT signed off'}: setup "
-        f"{'met' if r['setup_met_all_corners'] else 'VIOLATED'} at every corner, hold at fast "
+        + ("met at every corner" if r["setup_met_all_corners"] else "VIOLATED at " + ", ".join(
+            c for c, v in r["corners"].items() if v["wns_ns"] is not None and v["wns_ns"] < 0)) + ", hold at fast "
         f"{'met' if r['hold_met_fast'] else 'VIOLATED'}, design rules {'clean' if r['electrical_clean'] else 'VIOLATED'}",
         f"  sizing         {s['cells_resized']:,} cells up-sized in {len(s['passes']) - 1} passes, "
         f"{s['area_change_um2']:+,.1f} um2; stopped: {s['stopped']}",
