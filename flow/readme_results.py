@@ -222,7 +222,8 @@ def render(build: Path) -> str:
     rows = [
         ("correctness", "sim", _correctness(s)),
         ("speed", src, speed),
-        ("speed at the placed clock", "place", placed_text(s["speed"]["placed"])),
+        ("speed at the placed clock", "signoff" if str(s["speed"]["placed"].get("path", "")).endswith("signoff.json")
+         else "place", placed_text(s["speed"]["placed"])),
         ("area (synthesis)", "synth", _area(s)),
         ("timing before placement", "sta", _pre_timing(stages)),
         ("placement", "place", _placement(s, stages)),

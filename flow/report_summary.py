@@ -86,16 +86,18 @@ def placed_clock(stages: dict, sp: dict) -> dict:
     figure once the placed chip closes the clock the measurement assumes (tokens/s × cycles/token)."""
     place_sta, place, signed = stages["place_sta"], stages["place"], stages.get("signoff", {"data": None})
     out = dict.fromkeys(("corner", "min_period_ns", "mhz", "clock_ns", "tokens_per_s", "closes"))
-    if signed["data"]:
-        corners, source = signed["data"]["corners"], signed
-    elif place_sta["data"]:
-        corners, source = place_sta["data"]["corners"], place_sta
+    sources = [(signed["data"]["corners"], signed)] if signed["data"] else []
+    if place_sta["data"]:
+        sources.append((place_sta["data"]["corners"], place_sta))
     elif place["data"]:
-        corners, source = place["data"]["sta"], place             # place.json's copy of the same STA
-    else:
+        sources.append((place["data"]["sta"], place))             # place.json's copy of the same STA
+    if not sources:
         return {**out, "status": "no placement", "command": place["command"], "path": place_sta["path"]}
-    periods = {c: v["min_period_ns"] for c, v in corners.items() if v.get("min_period_ns") is not None}
-    if not periods:
+    for corners, source in sources:                                # the first that has a period
+        periods = {c: v["min_period_ns"] for c, v in corners.items() if v.get("min_period_ns") is not None}
+        if periods:
+            break
+    else:
         return {**out, "status": "no period", "command": source["command"], "path": source["path"]}
     corner = max(periods, key=periods.get)
     out.update(status="placed", corner=corner, min_period_ns=periods[corner], path=source["path"],

@@ -96,7 +96,14 @@ def test_every_number_comes_from_the_files(tmp_path):
     assert "die 5.29 mm², 63.0 % row utilization, 1,962,373 cells and 306 fakeram45 macros, HPWL 65.3 m" \
         in _row(block, "placement")
     assert "slow -12.600" in _row(block, "placement")
-    assert "at the placed clock" in _row(block, "speed at the placed clock")
+    placed = _row(block, "speed at the placed clock")      # this sign-off names no period: placement's clock
+    assert "at the placed clock" in placed and "after placement" in placed
+    assert placed.endswith("| `build/place/place.json` |")
+    so = json.loads(json.dumps(FILES["signoff/signoff.json"]))
+    for c, v in so["corners"].items():
+        v["min_period_ns"] = 10.0 - v["wns_ns"]
+    placed = _row(render(_build(tmp_path / "b2", {**FILES, "signoff/signoff.json": so})), "speed at the placed clock")
+    assert "after sign-off's repair is 11.331 ns" in placed and placed.endswith("| `build/signoff/signoff.json` |")
     signoff = _row(block, "sign-off")
     assert "**not signed off**: setup slow -1.331 / typical +5.946 / fast +6.696 ns" in signoff
     assert "21 max-transition, 3,235 max-capacitance, 0 max-fanout" in signoff and "not routed" in signoff
