@@ -9,9 +9,22 @@ if [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv with $($PYTHON --version)"
   "$PYTHON" -m venv .venv
 fi
-echo "setup: installing the pinned toolchain into .venv (editable install of this checkout)"
-.venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e .
+# pip's own output (and the machine's pip configuration notices) go to the log; the terminal gets one
+# line per stage, the log's tail when pip fails, and any deprecation warning the packaging raised.
+mkdir -p build/logs
+LOG=build/logs/setup.log
+START=$SECONDS
+echo "setup: installing the pinned toolchain into .venv (editable install of this checkout; log $LOG)"
+if ! { .venv/bin/python -m pip install -q --upgrade pip && .venv/bin/python -m pip install -q -e .; } >"$LOG" 2>&1; then
+  echo "setup: pip failed; the last lines of $LOG:" >&2
+  tail -n 30 "$LOG" | sed 's/^/  | /' >&2
+  exit 1
+fi
+if grep -qi "deprecat" "$LOG"; then
+  echo "setup: the packaging printed deprecation warnings (fix pyproject.toml):" >&2
+  grep -i "deprecat" "$LOG" | sed 's/^/  | /' >&2
+fi
+echo "setup: toolchain installed in $((SECONDS - START)) s"
 
 if ! command -v sta >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
