@@ -66,11 +66,14 @@ __all__ = ["PlaceError", "build_design", "flatten", "place"]     # flatten and b
 
 def repair_positions(module: dict, d: Design, fp: Floorplan, xs: list[int], ys: list[int], dbu: int,
                      clock: str) -> tuple[dict, dict, set[int]]:
-    """What flow/repair.py needs of a placement: the centre (um) per cell key, the position per port bit,
-    and the clock port's bits."""
-    cell_xy: dict[str, tuple[float, float]] = {}
+    """What flow/repair.py needs of a placement: the position (um) per cell key (its centre; for an
+    msh_sram, whose bits lie on different fakeram45 tiles, per (key, pin, bit): the pin on the tile that
+    holds the bit, tiles being placed unflipped), the position per port bit, and the clock port's bits."""
+    cell_xy: dict = {}
     for i, key in enumerate(d.comp_key):
         cell_xy.setdefault(key, ((xs[i] + d.comp_w[i] / 2) / dbu, (ys[i] + d.comp_h[i] / 2) / dbu))
+    for sink, (i, _, ox, oy, *_) in d.macro_pins.items():
+        cell_xy[sink] = ((xs[i] + ox) / dbu, (ys[i] + oy) / dbu)
     port_xy, k = {}, 0
     for port in module["ports"].values():
         for b in port["bits"]:

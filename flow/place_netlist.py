@@ -132,6 +132,9 @@ class Design:
     mappings: list[Mapping] = field(default_factory=list)
     roms: list[str] = field(default_factory=list)
     flop_srams: list[str] = field(default_factory=list)
+    # (cell key, msh_sram pin, bit) -> its net pin (tile component, fakeram pin, x, y offset dbu, ...): the
+    # tile that holds the bit, for what needs a macro pin's position (flow/repair.py)
+    macro_pins: dict = field(default_factory=dict)
 
 
 def _sram_pin(pin: str, j: int, m: Mapping) -> tuple[int, int, str]:
@@ -211,7 +214,9 @@ def build_design(module: dict, top: str, lef: Lef, sizes) -> Design:
             for j, b in enumerate(bits):
                 r, c, lpin = _sram_pin(pin, j, m)
                 x, y = master.pins[lpin].center_um
-                attach(b, (first + r * m.cols + c, lpin, to_dbu(x), to_dbu(y), None, drv))
+                entry = (first + r * m.cols + c, lpin, to_dbu(x), to_dbu(y), None, drv)
+                d.macro_pins[(name, pin, j)] = entry
+                attach(b, entry)
     for pname, port in module["ports"].items():
         bits = port["bits"]
         for j, b in enumerate(bits):

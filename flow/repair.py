@@ -235,15 +235,17 @@ class RepairResult:
                 "load_per_drive_ff": LOAD_PER_DRIVE_FF}
 
 
-def repair(module: dict, cell_xy: dict[str, tuple[float, float]], port_xy: dict[int, tuple[float, float]],
+def repair(module: dict, cell_xy: dict, port_xy: dict[int, tuple[float, float]],
            caps: dict[tuple[str, str], float], areas: dict[str, float], c_per_um: float, steiner,
            clock_bits: set[int], progress=lambda msg: None, force: frozenset[int] = frozenset(),
            spacing_um: float | None = None, only_forced: bool = False,
            keep: frozenset[str] = frozenset(), drive_limit=None) -> RepairResult:
     """Rebuilds, in ``module`` (a flat Yosys JSON module, edited in place), every logical net with more than
     ``MAX_FANOUT`` sinks as a clustered buffer tree, and so the logical nets whose source bit is in
-    ``force`` whatever their fanout. ``cell_xy``: placed centre of every cell (um); a sink without one (an
-    instance outside the placement, such as an ``msh_rom``) is wired to the net's driver; ``port_xy``:
+    ``force`` whatever their fanout. ``cell_xy``: placed centre of every cell (um), and where a cell's pins
+    lie apart (the tiles of an ``msh_sram``) the position of each pin bit under the key (cell key, pin,
+    bit); a sink without one (an instance outside the placement, such as an ``msh_rom``) is wired to the
+    net's driver; ``port_xy``:
     position per port bit. ``spacing_um``: a rebuilt net's edges this long or longer get repeaters
     (``TreeBuilder.repeaters``), starting from the driver's position. ``only_forced``: rebuild the nets of
     ``force`` alone (the trees built at placement stay as they are). ``keep``: buffers (cell keys) that are
@@ -271,10 +273,11 @@ def repair(module: dict, cell_xy: dict[str, tuple[float, float]], port_xy: dict[
         res.largest_fanout = max(res.largest_fanout, len(leaves))
         sinks, unplaced = [], []
         for key, pin, j in leaves:
-            if key not in cell_xy:                 # no position (an msh_rom, mapped to logic elsewhere):
+            pos = cell_xy.get((key, pin, j)) or cell_xy.get(key)    # a macro pin's own tile, else the cell
+            if pos is None:                         # no position (an msh_rom, mapped to logic elsewhere):
                 unplaced.append((key, pin, j))     # it stays on the net's driver
                 continue
-            x, y = cell_xy[key]
+            x, y = pos
             sinks.append(_Node(x, y, caps.get((net.cells[key]["type"], pin), DEFAULT_PIN_CAP_FF), sink=(key, pin, j)))
         top = builder.build(sinks) if sinks else []
         drv = net.driver.get(root)

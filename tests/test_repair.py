@@ -239,3 +239,25 @@ def test_a_weak_driver_gets_a_buffer_at_its_side(liberty):
         verify(m, res)
         first = [k for k, c in m["cells"].items() if c["connections"].get("A") == [10]]
         assert len(first) == 1 and res.new_cells[first[0]] == (first_x, 0.0), (limit, res.new_cells)
+
+
+def test_a_macro_pin_is_reached_at_its_own_tile(liberty):
+    """An msh_sram's bits lie on different fakeram45 tiles: a rebuilt net to bit 40 of its w_data ends at
+    that bit's tile (its position under (cell key, pin, bit)), not at the cell's first tile. On the nano
+    chip the first tile stood for every bit, and the repeaters led 1.5 mm away from a tile on the next
+    macro row: 852 max-capacitance violations at sign-off, wires of about 1,560 um."""
+    cells = {"ff": {"type": "DFF_X1", "port_directions": {"CK": "input", "D": "input", "Q": "output"},
+                    "connections": {"CK": [2], "D": [3], "Q": [10]}},
+             "ram": {"type": "msh_sram_32x64", "port_directions": {"w_data": "input"},
+                     "connections": {"w_data": [3] * 40 + [10] + [3] * 23}}}
+    module = {"ports": {"clk": {"direction": "input", "bits": [2]}, "d": {"direction": "input", "bits": [3]}},
+              "cells": cells, "netnames": {}}
+    xy = {"ff": (600.0, 0.0), "ram": (1200.0, 0.0), ("ram", "w_data", 40): (0.0, 0.0)}
+    res = repair(module, xy, {2: (0, 0), 3: (0, 0)}, input_caps(liberty.read_text()), liberty_areas(liberty),
+                 0.058, steiner_factor, {2}, force=frozenset({10}), spacing_um=250.0, only_forced=True)
+    verify(module, res)
+    last = [k for k, c in module["cells"].items() if c["connections"].get("Z") == [cells["ram"]["connections"]["w_data"][40]]]
+    assert len(last) == 1 and last[0] in res.new_cells, res.new_cells
+    x, y = res.new_cells[last[0]]
+    assert abs(x - 0.0) + abs(y) < 250.0, (x, y)        # the chain runs towards x = 0, where the bit's tile is
+    assert all(cx <= 600.0 for cx, _ in res.new_cells.values())
