@@ -41,13 +41,17 @@ class Floorplan:
 
 
 def pack_shelves(sizes: list[tuple[int, int, int]], width: int, halo: int, x0: int, y0: int):
-    """Shelf packing of (index, w, h) boxes, tallest first, into rows ``width`` wide from (x0, y0).
+    """Shelf packing of (index, w, h) boxes, tallest first, into rows ``width`` wide from (x0, y0),
+    serpentine: every second shelf runs from the right end back, so the tiles of one macro that a shelf's
+    end splits (they are consecutive: same size, index order) continue beside each other on the next shelf
+    instead of across the whole width (on the nano chip a KDA state array's tiles lay 1.5 mm apart).
     Returns lower-left corners and the total height used."""
-    xy, x, y, shelf_h = {}, x0, y0, 0
+    xy, x, y, shelf_h, shelf = {}, x0, y0, 0, 0
     for i, w, h in sorted(sizes, key=lambda t: (-t[2], -t[1], t[0])):
         if x + w + 2 * halo > x0 + width and x > x0:
-            x, y, shelf_h = x0, y + shelf_h, 0
-        xy[i] = (x + halo, y + halo)
+            x, y, shelf_h, shelf = x0, y + shelf_h, 0, shelf + 1
+        left = x if shelf % 2 == 0 else x0 + width - (x - x0) - (w + 2 * halo)
+        xy[i] = (left + halo, y + halo)
         x += w + 2 * halo
         shelf_h = max(shelf_h, h + 2 * halo)
     return xy, (y + shelf_h - y0) if sizes else 0

@@ -14,6 +14,7 @@ from flow.floorplan import (BALANCE, FIT_SLACK, adjacent, arrange, bipartition, 
 from flow.floorplan_out import draw_floorplan, floorplan_json
 from flow.macro_map import MACRO_KEEPOUT_UM, storage_lib
 from flow.place import _read_lefs
+from flow.place_flat import pack_shelves
 from flow.place_netlist import build_design, flatten
 from flow.synth import synthesize
 from pdk_config import find_pdk
@@ -119,6 +120,21 @@ def test_rows_stop_at_a_shelf_not_between_its_macros():
     assert any(inside(r, column) for r in region_rows(0, rect, per_macro, 0, rh, sw))
     rows = region_rows(0, rect, blocks, 0, rh, sw)
     assert rows and not any(inside(r, b) for r in rows for b in blocks)
+
+
+def test_shelves_run_serpentine_so_a_split_macro_stays_together():
+    """Ten equal tiles of one macro, four to a shelf: the second shelf runs from the right end back, so tile 4
+    sits above tile 3 (left to right the next shelf began at the far end: 1.5 mm between the tiles of one
+    KDA array on the nano chip); every tile within the width, none overlapping."""
+    w, h, halo, width = 20_000, 40_000, 1_000, 4 * 22_000 + 5_000
+    xy, used = pack_shelves([(i, w, h) for i in range(10)], width, halo, 0, 0)
+    assert used == 3 * (h + 2 * halo)
+    for a, b in zip(range(9), range(1, 10)):          # consecutive tiles: neighbours, on a shelf or across
+        assert abs(xy[a][0] - xy[b][0]) <= w + 2 * halo + 5_000, (a, xy[a], b, xy[b])
+    assert xy[4][1] > xy[3][1] and abs(xy[4][0] - xy[3][0]) <= 5_000
+    boxes = [(x, y, x + w, y + h) for x, y in xy.values()]
+    assert all(0 <= b[0] and b[2] <= width for b in boxes)
+    assert not any(_overlap(p, q) for k, p in enumerate(boxes) for q in boxes[k + 1:])
 
 
 def test_io_pins_sit_on_the_die_edge_next_to_their_region_one_pitch_apart():
