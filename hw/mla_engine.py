@@ -29,7 +29,10 @@ position's k and v). Per head also a q buffer (ceil(dk/L) + ceil(dr/L) words, at
 after the score pass it holds the head's ctx beats until they are output) and a score buffer
 (max_seq x T.bits): 2 x (3 x 512 + 64 x 32) bits for nano.
 
-Datapath: per head ``lanes`` multipliers (X.bits x X.bits), an adder tree and accumulators. In every
+Datapath: per head ``lanes`` multipliers (X.bits x X.bits, three stages: operand registers, the two
+half products a x b_lo and a x b_hi, their sum; mla_params.LANE_MUL_LATENCY), an adder tree and
+accumulators. The stages keep the multiply out of the pass select's fan-out and the SRAM's read wires:
+placed in one stage, it missed the 10 ns clock at the slow corner by 2.3 ns. In every
 cycle each head reads the same word index of its own bank (a kr word is read once, from bank 0, and
 meets every head's qr), so all heads advance together:
   score pass: for j in 0..t the ceil(dk/L) + ceil(dr/L) words of q_h . k_j go through products ->

@@ -250,6 +250,7 @@ class MlaParams:
         return self.load_cycles(heads, dk, dr, dv) + self.attention_cycles(t, heads, dk, dr, dv)
 
 
-SCORE_DRAIN = 8     # score pipeline drain (adder tree of 8 or 16 lanes) + pass switches (measured)
-CTX_DRAIN = 13      # context pipeline + ApplyMant + q buffer write and read to the last output beat (measured)
+LANE_MUL_LATENCY = 3    # lane multiplier: operand registers, two half products, their sum (hw/mla_passes.py)
+SCORE_DRAIN = 7 + LANE_MUL_LATENCY      # + adder tree of 8 or 16 lanes, pass switches (measured)
+CTX_DRAIN = 12 + LANE_MUL_LATENCY       # + ApplyMant, q buffer write and read to the last output beat (measured)
 RECIP_LATENCY = 5   # hw.lib.lut.Recip.LATENCY: the reciprocals of sum e, once per position after chunk 0

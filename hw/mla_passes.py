@@ -10,7 +10,7 @@ from amaranth.lib.data import ArrayLayout, StructLayout
 from hw.lib.lut import ApplyMant, Exp2Neg, Recip
 from hw.lib.lut_rom import port_of, shared_rom
 from hw.lib.pipe import clamp, delay, round_shift_const
-from hw.mla_params import NUM_FRAC
+from hw.mla_params import LANE_MUL_LATENCY, NUM_FRAC
 from nano_k3.fxp_ops import P, T, X
 
 
@@ -178,25 +178,33 @@ def lane_multipliers(m: Module, ctx) -> None:
         m.submodules[f"exp2_{k}"] = e
     rd_flags = Signal.like(s_iss)
     m.d.sync += rd_flags.eq(s_iss)        # travels with the SRAM read data
+    # LANE_MUL_LATENCY stages: operand registers (the pass select's fan-out to every lane and the SRAM
+    # read data's wires stay out of the multiply), the two half products a x b_lo and a x b_hi, their sum.
+    mul_flags = delay(m, 1, rd_flags, LANE_MUL_LATENCY, "mul_flags")    # travels with prod
+    half = XB // 2
     prod = [[Signal(signed(p.prod_bits), name=f"prod_{hd}_{k}") for k in range(L)] for hd in range(HM)]
     for hd in range(HM):
         q_word = qbufs[hd].r_data[:L * XB]
         k_word = Mux(rd_flags.kr, banks[0].r_data, banks[hd].r_data)[:L * XB] if hd else banks[0].r_data[:L * XB]
         for k in range(L):
-            a = Mux(mode_ctx, exp2[hd].o.y, q_word[k * XB:(k + 1) * XB].as_signed())
-            m.d.sync += prod[hd][k].eq(a * k_word[k * XB:(k + 1) * XB].as_signed())
-    vars(ctx).update(v_delay=v_delay, exp2=exp2, rd_flags=rd_flags, prod=prod)
+            a = Signal(signed(p.mul_a_bits), name=f"op_a_{hd}_{k}")
+            b = Signal(signed(XB), name=f"op_b_{hd}_{k}")
+            m.d.sync += [a.eq(Mux(mode_ctx, exp2[hd].o.y, q_word[k * XB:(k + 1) * XB].as_signed())),
+                         b.eq(k_word[k * XB:(k + 1) * XB].as_signed())]
+            lo = Signal(signed(p.mul_a_bits + half), name=f"prod_lo_{hd}_{k}")
+            hi = Signal(signed(p.mul_a_bits + XB - half), name=f"prod_hi_{hd}_{k}")
+            m.d.sync += [lo.eq(a * b[:half]), hi.eq(a * b[half:].as_signed())]
+            m.d.sync += prod[hd][k].eq(lo + (hi << half))
+    vars(ctx).update(v_delay=v_delay, exp2=exp2, mul_flags=mul_flags, prod=prod)
 
 
 def score_pass(m: Module, ctx) -> None:
     """Score pass: the word dots summed per position, scaled into T (shared by the heads, one a cycle),
     written to the t buffers with each head's running max."""
-    s_iss, rd_flags, prod, p, HM, XB, seq = ctx.s_iss, ctx.rd_flags, ctx.prod, ctx.p, ctx.HM, ctx.XB, ctx.seq
+    s_iss, mul_flags, prod, p, HM, XB, seq = ctx.s_iss, ctx.mul_flags, ctx.prod, ctx.p, ctx.HM, ctx.XB, ctx.seq
     head_by_head, c_r, tbufs, score_done, H = ctx.head_by_head, ctx.c_r, ctx.tbufs, ctx.score_done, ctx.H
-    prod_flags = Signal.like(s_iss)
-    m.d.sync += prod_flags.eq(rd_flags)   # travels with prod
     word_dots, depth = zip(*(_adder_tree(m, prod[hd], p.dot_bits, f"tree_{hd}") for hd in range(HM)))
-    dot_flags = delay(m, 1, prod_flags, depth[0], "dot_flags")       # travels with the word dots
+    dot_flags = delay(m, 1, mul_flags, depth[0], "dot_flags")        # travels with the word dots
     dots = [Signal(signed(p.dot_bits), name=f"dot_{hd}") for hd in range(HM)]
     with m.If(dot_flags.v):
         m.d.sync += [dots[hd].eq(Mux(dot_flags.first, 0, dots[hd]) + word_dots[hd]) for hd in range(HM)]
@@ -234,11 +242,11 @@ def context_pass(m: Module, ctx) -> None:
     is held (rounded) so the next accumulates meanwhile."""
     v_delay, c_iss, p, HM, L, t_max, tbufs = ctx.v_delay, ctx.c_iss, ctx.p, ctx.HM, ctx.L, ctx.t_max, ctx.tbufs
     exp2, prod, chunk = ctx.exp2, ctx.prod, ctx.chunk
-    n_g = v_delay + 3                               # g[k]: flags valid at issue + k + 1
+    n_g = v_delay + LANE_MUL_LATENCY + 2            # g[k]: flags valid at issue + k + 1
     g = [Signal.like(c_iss, name=f"cx_f_{k}") for k in range(n_g)]
     m.d.sync += [g[0].eq(c_iss)] + [g[k].eq(g[k - 1]) for k in range(1, n_g)]
-    # g[v_delay] travels with e (and the v words), g[v_delay+1] with prod, g[v_delay+2] with the sums
-    ge, gp, gs = g[v_delay], g[v_delay + 1], g[v_delay + 2]
+    # g[v_delay] travels with e (and the v words), g[v_delay+LANE_MUL_LATENCY] with prod, the next with the sums
+    ge, gp, gs = g[v_delay], g[v_delay + LANE_MUL_LATENCY], g[v_delay + LANE_MUL_LATENCY + 1]
     sum_e = [Signal(p.sum_bits, name=f"sum_e_{hd}") for hd in range(HM)]
     acc = [[Signal(signed(p.acc_bits), name=f"acc_{hd}_{k}") for k in range(L)] for hd in range(HM)]
     for hd in range(HM):
