@@ -3,7 +3,9 @@ from pathlib import Path
 
 import pytest
 
-from flow.sta import StaError, parse_paths, run_sta
+import flow.sta as sta_mod
+from flow.cli import job_count
+from flow.sta import StaError, memory_jobs, parse_paths, run_sta
 from flow.synth import synthesize
 
 DATA = Path(__file__).parent / "data"
@@ -73,3 +75,13 @@ Endpoint: y (output port clocked by clk)
     assert [(x["start"], x["end"], x["slack_ns"], x["met"]) for x in p] == \
         [("a[3]", "lane0/_1224_", 7.03, True), ("x", "y", -4.5, False)]
     assert p[0]["arrival_ns"] == 2.929
+
+
+def test_sta_processes_are_as_many_as_the_memory_holds(tmp_path, monkeypatch):
+    """One OpenSTA per CPU for a small design; one when each would need more than the memory available
+    (the nano sign-off's two 4.4 GB processes beside its own 13 GB filled the machine)."""
+    netlist = tmp_path / "top.v"
+    netlist.write_text("module top; endmodule\n" * 100)
+    assert memory_jobs(netlist, None) == job_count(None, "OpenSTA processes")
+    monkeypatch.setattr(sta_mod, "STA_BYTES_PER_INPUT_BYTE", 1e12)     # a terabyte per byte of input
+    assert memory_jobs(netlist, netlist) == 1
