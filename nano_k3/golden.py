@@ -401,16 +401,17 @@ class GoldenModel:
         self._check(t, 1)
         return self._position(t, trace)
 
-    def run(self, tokens: torch.Tensor, traces: list[dict] | None = None) -> torch.Tensor:
+    def run(self, tokens: torch.Tensor, traces: list[dict] | None = None, trace_type: type = dict) -> torch.Tensor:
         """Teacher-forced run from a fresh state, with autograd: tokens (..., T) int -> logits (..., T, vocab).
 
-        If ``traces`` is a list, one trace dict per position is appended to it."""
+        If ``traces`` is a list, one trace (a new ``trace_type``, a dict or a subclass that keeps only
+        some keys) per position is appended to it."""
         tokens = torch.as_tensor(tokens, dtype=torch.int64)
         self.reset(tuple(tokens.shape[:-1]))
         self._check(tokens, tokens.shape[-1])
         rows = []
         for t in range(tokens.shape[-1]):
-            tr = {} if traces is not None else None
+            tr = trace_type() if traces is not None else None
             rows.append(self._position(tokens[..., t], tr))                # (..., vocab)
             if traces is not None:
                 traces.append(tr)
