@@ -184,8 +184,10 @@ def trace_keys(cfg: ModelConfig) -> list[str]:
 
 
 def _rec(trace: dict | None, key: str, t: torch.Tensor) -> None:
+    """Record a copy, cut from autograd; a trace whose class sets ``keep_graph`` gets the tensor itself
+    (training penalises some values, nano_k3/train.py)."""
     if trace is not None:
-        trace[key] = t.detach().clone()
+        trace[key] = t if getattr(trace, "keep_graph", False) else t.detach().clone()
 
 
 def load_tensors(weights: Weights) -> tuple[torch.Tensor, dict[str, torch.Tensor], dict[str, torch.Tensor]]:

@@ -66,3 +66,19 @@ def test_schedule_warms_up_then_decays_to_a_tenth():
     s = Settings(steps=100, warmup=10)
     assert lr_factor(0, s) == pytest.approx(0.1) and lr_factor(9, s) == pytest.approx(1.0)
     assert lr_factor(10, s) == pytest.approx(1.0) and lr_factor(100, s) == pytest.approx(0.1)
+
+
+def test_range_penalty_reaches_the_kda_values():
+    """TrainTrace keeps |v| and |S| excesses under autograd; their gradient pushes the v projection."""
+    from nano_k3.train import RANGE_BOUNDS, TrainTrace, range_excess
+    emb, w, p = init_tensors(TINY, SEED)
+    with torch.no_grad():
+        w["L0.kda.v"].mul_(50.0)                                   # |v| far beyond its bound
+    traces: list[dict] = []
+    GoldenModel.from_tensors(TINY, emb, w, p).run(torch.arange(8).reshape(2, 4), traces, TrainTrace)
+    assert set(traces[0]) == {"L0.kda.v", "L0.kda.S", "L0.moe.scores", "L0.moe.topk", "L1.moe.scores", "L1.moe.topk"}
+    assert not traces[0]["L0.moe.scores"].requires_grad
+    excess = range_excess(traces)
+    assert excess.item() > 0 and set(RANGE_BOUNDS) == {".kda.v", ".kda.S"}
+    excess.backward()
+    assert w["L0.kda.v"].grad.abs().sum() > 0
