@@ -33,22 +33,34 @@ def collectors(m: Module, ctx) -> None:
                Opc.COMB: (comb.o, [comb.o.payload[j] for j in range(CL)]),
                Opc.KDA: (kda.o, [kda.o.payload.data[k] for k in range(KL)])}
     e_valid, e_step = Signal(), Signal(range(L + 1))
-    e_word, e_mask = Signal(L * X.bits), Signal(4 * L)       # the transfer repeated over the word
+    e_word, e_mask = Signal(L * X.bits), Signal(L)           # the transfer repeated over the word, its lanes
     with m.Switch(op.opc):
         for opc, (port, vals) in results.items():
             with m.Case(opc):
                 m.d.comb += [e_valid.eq(port.valid), port.ready.eq(1), e_step.eq(len(vals)),
-                             e_word.eq(Cat(*vals * (L // len(vals)))), e_mask.eq((1 << 4 * len(vals)) - 1)]
+                             e_word.eq(Cat(*vals * (L // len(vals)))), e_mask.eq((1 << len(vals)) - 1)]
     dst_base = Signal(vrf.abits)
     m.d.comb += dst_base.eq(op.dst * SW)
     emb_we = Signal()
     emb_word = Signal(L * X.bits)
+    # An element op's transfers are gathered into a VRF word (``e_acc``; ``e_have``: its lanes so far) that
+    # is written once, with the transfer that completes the word or the op: one VRF write a word, so the
+    # single-ported VRF of place and route (docs/pnr.md) stays free for the feeders' reads and matvec results.
+    LL = log2(L)
+    e_acc, e_data = Signal(L * X.bits), Signal(L * X.bits)
+    e_have, e_lanes, e_all = Signal(L), Signal(L), Signal(L)
+    e_write = Signal()                        # this transfer completes its word or the op
+    m.d.comb += [e_lanes.eq(e_mask << col_cnt[:LL]), e_all.eq(e_have | e_lanes),
+                 e_data.eq(Cat(*[Mux(e_lanes[j], e_word.word_select(j, X.bits), e_acc.word_select(j, X.bits))
+                                 for j in range(L)])),
+                 e_write.eq(e_valid & ((col_cnt[:LL] + e_step)[LL] | (col_cnt + e_step == col_target)))]
     with m.If(e_valid):
-        m.d.comb += [vrf.w_en.eq(1), vrf.w_addr.eq(dst_base + (col_cnt >> log2(L))), vrf.w_data.eq(e_word),
-                     vrf.w_strb.eq(e_mask << (col_cnt[:log2(L)] * 4))]
-        m.d.sync += col_cnt.eq(col_cnt + e_step)
+        m.d.sync += [col_cnt.eq(col_cnt + e_step), e_acc.eq(e_data), e_have.eq(Mux(e_write, 0, e_all))]
         with m.If(col_cnt + e_step == col_target):
             m.d.sync += col_done.eq(1)
+    with m.If(e_write):
+        m.d.comb += [vrf.w_en.eq(1), vrf.w_addr.eq(dst_base + (col_cnt >> LL)), vrf.w_data.eq(e_data),
+                     vrf.w_strb.eq(Cat(*[e_all[j].replicate(X.bits // 8) for j in range(L)]))]
 
     # MAC results: VRF words or the logits writer
     head = op.head
@@ -119,7 +131,7 @@ def collectors(m: Module, ctx) -> None:
             m.d.sync += col_cnt.eq(col_cnt + 1)
             with m.If(mla_o.payload.last):
                 m.d.sync += col_done.eq(1)
-    m.d.comb += vrf_taken.eq(e_valid | (is_op(Opc.MLA) & op.last & mla_o.valid) | emb_we)
+    m.d.comb += vrf_taken.eq(e_write | (is_op(Opc.MLA) & op.last & mla_o.valid) | emb_we)
     with m.If(emb_we):
         m.d.comb += [vrf.w_en.eq(1), vrf.w_addr.eq(dst_base + col_cnt), vrf.w_data.eq(emb_word),
                      vrf.w_strb.eq(-1)]

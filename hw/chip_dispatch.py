@@ -12,7 +12,7 @@ from amaranth.lib.data import View
 from hw.chip_collect import MV_QUEUE
 from hw.chip_load import ADDR_BITS, DESC_BANKS
 from hw.params import log2
-from hw.program import INTERLEAVED, PRF_READERS, Opc
+from hw.program import PRF_READERS, Opc
 from nano_k3.image import STATUS_DONE, logits_stride
 
 
@@ -58,7 +58,7 @@ def op_issue(m: Module, ctx) -> None:
     act_open, pld_busy, dq, group_log2, head = ctx.act_open, ctx.pld_busy, ctx.dq, ctx.group_log2, ctx.head
     choice, desc, bb = ctx.choice, ctx.desc, ctx.bb
     start_ef, start_wf = Signal(), Signal()
-    m.d.comb += [ef.start.eq(start_ef), wf.start.eq(start_wf), ef.interleave.eq(Cat(*[is_op(c) for c in INTERLEAVED]).any())]
+    m.d.comb += [ef.start.eq(start_ef), wf.start.eq(start_wf)]
     with m.Switch(op.opc):
         for c, k in elem_lanes.items():
             with m.Case(c):
@@ -87,10 +87,13 @@ def op_issue(m: Module, ctx) -> None:
         m.d.comb += rec.eq(o.rec + Mux(o.expert != 0, 9 * ch_sel, 0))
         return rec
 
-    # Descriptor prefetch: every cycle of a position reads the three records of the op to dispatch
-    # next (the ROM word at pc + 1; the loaded op itself while DISPATCH holds it), so an MV,
+    # Descriptor prefetch: in a position's cycles the banks are read for the three records of the op to
+    # dispatch next (the ROM word at pc + 1; the loaded op itself while DISPATCH holds it), so an MV,
     # PLD or EMB finds its store beats in ``pf_q`` when it dispatches. ``pf_rec`` tags them: a
-    # router choice made after the read only costs a re-read.
+    # router choice made after the read only costs a re-read. A read issues only when neither the read
+    # in flight nor (none in flight) ``pf_q`` already brings the target, so ``pf_q`` holds what reading
+    # every cycle would give, and no read happens outside a position: the load phase writes the banks,
+    # and fakeram45 drops a read beside a write (docs/pnr.md).
     rec_eff = record_of(op, "rec_eff")
     rec_next = record_of(View(op_layout, rom_data[:op_layout.size]), "rec_next")
     pf_q = [Signal(bb, name=f"pf_q{k}") for k in range(3)]
@@ -100,19 +103,23 @@ def op_issue(m: Module, ctx) -> None:
     m.d.comb += pf_hit.eq(pf_ok & (pf_rec == rec_eff))
     pf_target = Signal.like(rec_eff)
     rd_rec = Signal.like(rec_eff)              # the records read last cycle
-    rd_ok = Signal()
+    rd_ok = Signal()                           # a read issued last cycle
     holding = Signal()                         # DISPATCH keeps the loaded op waiting
-    m.d.comb += pf_target.eq(Mux(holding, rec_eff, rec_next))
+    in_pos = Signal()
+    desc_re = Signal()
+    m.d.comb += [pf_target.eq(Mux(holding, rec_eff, rec_next)),
+                 desc_re.eq(in_pos & ~Mux(rd_ok, rd_rec == pf_target, pf_ok & (pf_rec == pf_target)))]
     bsel = log2(DESC_BANKS)
     for b, bank in enumerate(desc):
         j = (b - pf_target[:bsel])[:bsel]           # record pf_target + j sits in bank b
-        m.d.comb += [bank.r_en.eq(1), bank.r_addr.eq((pf_target + j) >> bsel)]
-    in_pos = Signal()
-    m.d.sync += [rd_rec.eq(pf_target), rd_ok.eq(in_pos), pf_rec.eq(rd_rec), pf_ok.eq(rd_ok & in_pos)]
-    with m.Switch(rd_rec[:bsel]):
-        for r in range(DESC_BANKS):
-            with m.Case(r):
-                m.d.sync += [pf_q[k].eq(desc[(r + k) % DESC_BANKS].r_data) for k in range(3)]
+        m.d.comb += [bank.r_en.eq(desc_re), bank.r_addr.eq((pf_target + j) >> bsel)]
+    m.d.sync += [rd_rec.eq(pf_target), rd_ok.eq(desc_re), pf_ok.eq((pf_ok | rd_ok) & in_pos)]
+    with m.If(rd_ok):
+        m.d.sync += pf_rec.eq(rd_rec)
+        with m.Switch(rd_rec[:bsel]):
+            for r in range(DESC_BANKS):
+                with m.Case(r):
+                    m.d.sync += [pf_q[k].eq(desc[(r + k) % DESC_BANKS].r_data) for k in range(3)]
     nw_of_n = Signal(range(SW + 1))
     m.d.comb += nw_of_n.eq((op.n + (L - 1)) >> log2(L))
     m.d.comb += [wf.w0.eq(Mux(is_op(Opc.MLA), op.w0, 0)), wf.nw.eq(Mux(is_op(Opc.MLA), op.nw, nw_of_n))]

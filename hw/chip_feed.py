@@ -37,7 +37,7 @@ def feeders(m: Module, ctx) -> None:
                  ef.vrf_rdata.eq(vrf.r_data), ef.pa_rdata.eq(prf[0].r_data), ef.pb_rdata.eq(prf[1].r_data),
                  prf[0].r_en.eq(ef.pa_re), prf[0].r_addr.eq(ef.pa_raddr),
                  prf[1].r_en.eq(ef.pb_re), prf[1].r_addr.eq(ef.pb_raddr),
-                 wf.vrf_rdata.eq(vrf.r_data), wf.slot.eq(op.s0)]
+                 wf.vrf_rdata.eq(vrf.r_data), wf.slot.eq(op.s0), ef.vrf_wr.eq(vrf.w_en), wf.vrf_wr.eq(vrf.w_en)]
     m.d.comb += [vrf.r_en.eq(ef.vrf_re | wf.vrf_re), vrf.r_addr.eq(Mux(ef.vrf_re, ef.vrf_raddr, wf.vrf_raddr))]
     fo = ef.o
     is_op = lambda c: op.opc == int(c)   # noqa: E731

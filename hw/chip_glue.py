@@ -2,15 +2,16 @@
 
 * ``ElemFeeder``: reads elements of VRF slots together with the matching entries of the two
   parameter buffers (PRF a: int16 or a channel's conv taps, PRF b: int16), and emits one
-  ``feed_layout`` transfer per element index: of one slot (``interleave = 0``, one ``msh_sram`` read
-  per transfer) or of up to four slots side by side (``interleave = 1``: elementwise ops, the MoE
-  combine, the residual mixer's candidates; each slot's word is read once per ``LANES`` elements).
-  Full rate under no back-pressure.
+  ``feed_layout`` transfer per element index, of one slot or of up to four slots side by side
+  (elementwise ops, the MoE combine, the residual mixer's candidates); each slot's word is read once
+  per ``LANES`` elements. Full rate under no back-pressure.
 * ``WordFeeder``: whole VRF words (``LANES`` elements) of one slot, ``nw`` words from ``w0`` (MLA
   engine input, and both passes of ``hw.mac_input.MacInput``).
 * ``Combine``: ``nano_k3.fixed.moe_combine`` and the residual add after it, ``lanes`` elements per transfer.
 Both feeders read 1 cycle after issuing and keep a 2-entry output queue with credit accounting (a
-read is issued only if its data has a free entry), so they never lose data under back-pressure.
+read is issued only if its data has a free entry), so they never lose data under back-pressure. A VRF
+read waits while ``vrf_wr`` is high (the VRF is written in that cycle): place and route implement the
+VRF on single-ported fakeram45 macros, which drop a read beside a write (docs/pnr.md).
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from nano_k3.tensors import PARAM_BITS
 
 # Both feeders, no back-pressure: ``start`` in cycle c sets ``active`` (c + 1: the first read issues), the read
 # lands a cycle later and enters the output queue the cycle after: a feed of t transfers has ``busy`` high
-# through c + t + FEED_LATENCY − 1 when its consumer takes a transfer every cycle.
+# through c + t + FEED_LATENCY − 1 when its consumer takes a transfer every cycle and no VRF write holds a read.
 FEED_LATENCY = 3
 
 
@@ -68,16 +69,15 @@ class _Queue2:
 class ElemFeeder(wiring.Component):
     """Element stream of VRF slots plus parameter-buffer entries (see the module docstring).
 
-    ``interleave = 1`` reads each source's VRF word once per ``LANES`` elements into a word register
-    (``word_srcs`` of them: the most sources an interleaved op has), so an interleaved feed of ``ns``
-    sources takes ``n + (ns − 1)·⌈n / LANES⌉`` cycles: ``ns`` reads at the first element of each word,
-    one cycle for every other element. A feed with ``interleave = 0`` has one source (``srcs[0]``) and
-    reads one element per cycle. With
+    Each source's VRF word is read once per ``LANES`` elements into a word register (``word_srcs`` of
+    them: the most sources an op has), so a feed of ``ns`` sources takes ``n + (ns − 1)·⌈n / LANES⌉``
+    cycles: ``ns`` reads at the first element of each word (the last of them with the word's first
+    transfer), one cycle for every other element, and reads the VRF in ``ns·⌈n / LANES⌉`` of them. With
     ``lanes_log2`` = lg (K = 2^lg ≤ ``lanes``, n a multiple of K) a transfer carries K consecutive
     elements i .. i + K − 1 of every source: ``data[k·K + j]`` = source k, element i + j (so
     ns·K ≤ ``entries``), ``pa`` and ``pb`` the PRF a / b entries from element i on (LIN mode; the
     ``pa_params`` / ``pb_params`` int16 of a transfer), and the feed takes n/K cycles
-    (+ (ns − 1)·⌈n/16⌉ interleaved).
+    + (ns − 1)·⌈n/16⌉.
     """
 
     LATENCY = FEED_LATENCY
@@ -106,12 +106,11 @@ class ElemFeeder(wiring.Component):
             "srcs": In(ArrayLayout(unsigned(slot_bits), MAX_SRCS)),
             "ns": In(range(MAX_SRCS + 1)),
             "n": In(range(max_n + 1)),
-            "interleave": In(1),
             "lanes_log2": In(range(log2(lanes) + 1)),
             "pa_mode": In(2),
             "pb_mode": In(1),
             "busy": Out(1),
-            "vrf_re": Out(1), "vrf_raddr": Out(vrf_abits), "vrf_rdata": In(LANES * X.bits),
+            "vrf_re": Out(1), "vrf_raddr": Out(vrf_abits), "vrf_rdata": In(LANES * X.bits), "vrf_wr": In(1),
             "pa_re": Out(1), "pa_raddr": Out(prf_abits), "pa_rdata": In(prf_width),
             "pb_re": Out(1), "pb_raddr": Out(prf_abits), "pb_rdata": In(prf_width),
             "o": Out(stream.Signature(feed_layout(max_n, entries, pa_params, pb_params))),
@@ -133,14 +132,11 @@ class ElemFeeder(wiring.Component):
         t_final = Signal()
         words = [Signal(LANES * X.bits, name=f"word{k}") for k in range(self.word_srcs)]
 
-        # interleaved: the sources' words are read at the first element of each word (s = 0 .. ns − 1),
-        # the other elements come from the word registers
-        word_start = Signal()
-        m.d.comb += word_start.eq(i[:LL] == 0)
-        reads = Signal()
+        # the sources' words are read at the first element of each word (s = 0 .. ns − 1), the other
+        # elements come from the word registers
+        reads = Signal()                      # a word start: this issue reads source s's word
         pushes = Signal()
-        m.d.comb += [reads.eq(~self.interleave | word_start),
-                     pushes.eq(~self.interleave | ~word_start | (s == self.ns - 1))]
+        m.d.comb += [reads.eq(i[:LL] == 0), pushes.eq(~reads | (s == self.ns - 1))]
         K = self.lanes
         vals: dict = {}
 
@@ -150,10 +146,9 @@ class ElemFeeder(wiring.Component):
                 lane = t_lane | j                     # t_lane is a multiple of the transfer's lanes
                 read = self.vrf_rdata.word_select(lane, X.bits).as_signed()
                 if k < self.word_srcs:
-                    hit = (t_s == k) & t_read | ~self.interleave if k == 0 else (t_s == k) & t_read
-                    vals[k, j] = Mux(hit, read, words[k].word_select(lane, X.bits).as_signed())
+                    vals[k, j] = Mux((t_s == k) & t_read, read, words[k].word_select(lane, X.bits).as_signed())
                 else:
-                    vals[k, j] = read if k == 0 else Const(0, signed(X.bits))
+                    vals[k, j] = Const(0, signed(X.bits))
             return vals[k, j]
 
         pdata = Signal(lay)
@@ -166,14 +161,14 @@ class ElemFeeder(wiring.Component):
                      pdata.pb.eq((self.pb_rdata >> (t_pb * 8))[:self.pb_params * PARAM_BITS]),
                      pdata.idx.eq(t_i), pdata.final.eq(t_final)]
         q = _Queue2(m, self.o, lay, t_valid & t_push, pdata, t_valid & t_push)
-        with m.If(t_valid & t_read & self.interleave):
+        with m.If(t_valid & t_read):
             with m.Switch(t_s):
                 for k in range(self.word_srcs):
                     with m.Case(k):
                         m.d.sync += words[k].eq(self.vrf_rdata)
 
         issue = Signal()
-        m.d.comb += issue.eq(active & (~pushes | q.room))
+        m.d.comb += issue.eq(active & (~pushes | q.room) & ~(reads & self.vrf_wr))
         last_i = Signal()
         last_s = Signal()
         step = Signal(range(K + 1))
@@ -197,19 +192,16 @@ class ElemFeeder(wiring.Component):
             self.pb_re.eq(issue), self.pb_raddr.eq(pb_byte >> log2(PB)),
         ]
         final = Signal()
-        m.d.comb += final.eq(last_i & (~self.interleave | last_s | ~word_start))
+        m.d.comb += final.eq(last_i & (last_s | ~reads))
         m.d.sync += [t_valid.eq(issue)]
         with m.If(issue):
             m.d.sync += [t_push.eq(pushes), t_read.eq(reads), t_lane.eq(i[:LL]), t_s.eq(s[:2]), t_i.eq(i),
                          t_pa.eq(pa_byte[:log2(PB)]), t_pb.eq(pb_byte[:log2(PB)]),
                          t_final.eq(final)]
-            with m.If(self.interleave):
-                with m.If(last_s | ~word_start):
-                    m.d.sync += [s.eq(0), i.eq(i + step)]
-                with m.Else():
-                    m.d.sync += s.eq(s + 1)
+            with m.If(last_s | ~reads):
+                m.d.sync += [s.eq(0), i.eq(i + step)]
             with m.Else():
-                m.d.sync += i.eq(i + step)
+                m.d.sync += s.eq(s + 1)
             with m.If(final):
                 m.d.sync += active.eq(0)
         with m.If(self.start):
@@ -235,7 +227,7 @@ class WordFeeder(wiring.Component):
             "w0": In(range(slot_words + 1)),
             "nw": In(range(slot_words + 1)),
             "busy": Out(1),
-            "vrf_re": Out(1), "vrf_raddr": Out(vrf_abits), "vrf_rdata": In(LANES * X.bits),
+            "vrf_re": Out(1), "vrf_raddr": Out(vrf_abits), "vrf_rdata": In(LANES * X.bits), "vrf_wr": In(1),
             "o": Out(stream.Signature(word_out_layout())),
         })
 
@@ -250,7 +242,7 @@ class WordFeeder(wiring.Component):
         q = _Queue2(m, self.o, lay, t_valid, pdata, t_valid)
         issue = Signal()
         last = Signal()
-        m.d.comb += [issue.eq(active & q.room), last.eq(w == self.w0 + self.nw - 1),
+        m.d.comb += [issue.eq(active & q.room & ~self.vrf_wr), last.eq(w == self.w0 + self.nw - 1),
                      self.vrf_re.eq(issue), self.vrf_raddr.eq(self.slot * self.slot_words + w)]
         m.d.sync += t_valid.eq(issue)
         with m.If(issue):

@@ -15,8 +15,11 @@ Argmax (``ArgmaxTracker``): lowest index wins ties (SPEC §4.5), over int32 logi
 and registers them; stage 2 takes the 4 down to 1 and replaces the running best only when strictly greater.
 
 FIFO on a synchronous-read SRAM without relying on ``rdata`` holding (SPEC §5 only promises it the cycle
-after a read): the drain reads its head entry every cycle, the next entry in the cycle it pops the head, so
-``rdata`` always shows the head; ``ready`` (registered) says the head was in the SRAM before that read.
+after a read): the drain reads its head entry in every cycle but a push's, the next entry in the cycle it
+pops the head, so ``rdata`` shows the head the cycle after each read; ``ready`` (registered) says the cycle
+before read an entry that was already in the SRAM. A push cycle does not read (fakeram45 is single-ported
+and drops a read beside a write, docs/pnr.md), so the drain offers no beat the cycle after a push: ``wr.valid``
+can fall without a transfer (hw/mem_engine.py arbitrates each cycle afresh).
 A chunk's beats go out at ``row + 64·chunk + 16·k``, k = 0..3; ``row`` is taken with ``start``, which the
 sequencer raises only with the FIFO empty (one position's row in flight at a time).
 """
@@ -114,7 +117,9 @@ class LogitsWriter(wiring.Component):
     beats for ``hw.mem_engine.MemEngine.wr``), ``argmax`` / ``argmax_valid`` (Out: the row's argmax once
     every chunk is compared, until the next ``start``), ``drained`` (Out: every beat handed to ``wr``)."""
 
-    DEPTH = 8            # chunks: one column block of the nano head (128 lanes), so its chunks never wait
+    DEPTH = 16           # chunks: two column blocks of the nano head (128 lanes), so its chunks never wait
+                         # (the drain loses a beat to every push, which reads nothing; with one block's
+                         # depth the nano head waited 16 cycles a position)
     FIRST_BEAT = 2       # a chunk pushed in cycle c offers its first beat on ``wr`` in c + 2 (the chunk count,
                          # then ``ready``, are registers; the SRAM read of the head entry lands with ``ready``)
 
@@ -160,16 +165,17 @@ class LogitsWriter(wiring.Component):
 
         # drain: the head entry's beats, one a cycle
         ready = Signal()                          # rdata holds the head entry
+        re = Signal()
         sub = Signal(range(beats))
         chunk_w = Signal(range(self.vocab // W))  # the head entry's chunk in the row
         row = Signal.like(self.row, name="row_base")
-        m.d.comb += [fifo.r_en.eq(1), fifo.r_addr.eq(Mux(pop, rp + 1, rp)),
+        m.d.comb += [re.eq((n > pop) & ~push), fifo.r_en.eq(re), fifo.r_addr.eq(Mux(pop, rp + 1, rp)),
                      self.wr.valid.eq(ready),
                      self.wr.payload.addr.eq(row + (Cat(sub, chunk_w) << 4)),
                      self.wr.payload.data.eq(fifo.r_data.word_select(sub, SPEC_BEAT_BITS)),
                      self.wr.payload.strb.eq(-1),
                      pop.eq(self.wr.valid & self.wr.ready & (sub == beats - 1))]
-        m.d.sync += ready.eq(n > pop)
+        m.d.sync += ready.eq(re)
         with m.If(self.wr.valid & self.wr.ready):
             m.d.sync += sub.eq(sub + 1)
         with m.If(pop):

@@ -16,8 +16,8 @@ Engine formulas used (no stalls):
           chunks of the last block) − 1) after the command; the op itself: two WordFeeder passes through
           ``MacInput`` (scan, convert: ``words`` each) unless ``keep``. The LM head waits for its
           results, which go into the logits writer's FIFO (``LogitsWriter.DEPTH`` chunks; a chunk waits only
-          when it is full: ``head_chunks``). A residual MV (``res``) writes a result word every other cycle
-          (it reads p's word first).
+          when it is full; the FIFO sends no beat after a push: ``head_chunks``). A residual MV (``res``)
+          writes a result word every other cycle (it reads p's word first).
 * RMS     ``n/K + NormUnit.GAP + n/K − 1`` (two passes of K = ``norm_lanes`` elements a cycle, hw/norm_unit.py)
 * MIX     ``ResMixer.latency(candidates, d, mix_lanes)`` + the interleaved feed's word reads (as EW)
 * EW      ``n/K + (ns − 1)·⌈n/16⌉ + Elementwise.LATENCY`` (K = ``ew_lanes`` elements a cycle); COMB the
@@ -35,18 +35,22 @@ Engine formulas used (no stalls):
           are read after the previous position's argmax word (hw/emb_fetch.py), two round trips through
           the port, each the memory engine's and the fetcher's pipeline cycles plus SPEC §3 latency at its
           expectation (base + J/2 for the token's one read, base + the expected maximum of the row's
-          reads' jitter: later responses cannot overtake)
+          reads' jitter: later responses cannot overtake; the row's reads alternate with the previous
+          position's logits beats still draining)
+The VRF has one port in place and route (fakeram45, docs/pnr.md), so its writes go first and a feed's
+reads wait (hw/chip_glue.py): an op's feed waits in the cycles queued matvecs write their results and, for
+EW and COMB, its own result words (one VRF write a word, hw/chip_collect.py) are written; matvec results
+wait for the op's own writes (perf/vrf_port.py).
 The sequencer overheads (``SeqOverheads``) are of three kinds, marked per field: states of the control
 FSM, pipeline depths named on the hardware classes (``ElemFeeder`` / ``WordFeeder.LATENCY``,
 ``MacInput.LATENCY``, ``RegFifo.LATENCY``, ``MemEngine.REQ_LATENCY`` / ``RSP_LATENCY``,
 ``LogitsWriter.FIRST_BEAT``; read from them), and the empirical ones, ``FITTED``: read
 with verification/phase_monitor.py off one run, ``FITTED_RUN`` (nano-g128-s48-long), as the measured op
 cycles minus the engine formula. With them every op of that run is predicted to the cycle except EMB's
-wait, whose read latency is jitter (matvec results that meet an element-wise op's VRF writes wait for
-them: ``_yield_vrf``); on the tiny chip the first position's first RMS can end a cycle away (the ROM
-check, not the tensor block, ends its load). verification/held_out.py scores the model on runs it was not read
-from (nano and tiny, both groups, stretched lengths, other seeds, two other lane configurations; ``make
-bench`` prints the table).
+wait, whose read latency is jitter; on the tiny chip the first position's first RMS can end a cycle away
+(the ROM check, not the tensor block, ends its load). verification/held_out.py scores the model on runs it
+was not read from (nano and tiny, both groups, stretched lengths, other seeds, two other lane
+configurations; ``make bench`` prints the table).
 
 Load phase: header (256 B), descriptor table and tensor block, each one read request stream through the
 16 B port at one beat a cycle plus the read latency (SPEC §3: base + jitter, in order); position 0's
@@ -80,6 +84,7 @@ from hw.sequencer import chip_build
 from hw.vector_unit import Elementwise
 from nano_k3.config import ModelConfig, preset
 from nano_k3.mem_timing import LONG_RUN
+from perf.vrf_port import share_vrf
 
 # Engine constants come from the engine classes themselves (importing them elaborates nothing).
 MAC_LATENCY = MacArray.LATENCY
@@ -248,6 +253,10 @@ class PerfModel:
         return program_for(self.cfg).ops
 
     @functools.cached_property
+    def head_op(self) -> Op:
+        return next(op for op in self.ops if op.opc == Opc.MV and op.head)
+
+    @functools.cached_property
     def op_phases(self) -> list[str]:
         return op_phase(list(self.ops))
 
@@ -290,54 +299,70 @@ class PerfModel:
     def head_cycles(self, op: Op) -> int:
         """The LM head MV, first cycle to last: its command is taken ``cmd_fifo`` after the op's would-be last
         cycle (``mv``), and it ends when its last chunk enters the logits writer."""
-        return self.seq.mv + self.seq.cmd_fifo + self.mv_feed(op) + self.head_chunks(op)[0]
+        return self.seq.mv + self.seq.cmd_fifo + self.mv_feed(op) + self.head_chunks[0]
 
-    def head_chunks(self, op: Op) -> tuple[int, int]:
+    @functools.cached_property
+    def head_chunks(self) -> tuple[int, int]:
         """The LM head's results through the logits writer (hw/logits_writer.py), from its command taken:
         (the last chunk pushed, the first cycle with every beat handed to the port). A chunk leaves the
         MAC array as a VRF-bound matvec's result would (``mac_cycles``: column blocks ``issue / blocks``
-        apart, a block's chunks one a cycle) unless the writer's FIFO (``lw_depth`` chunks) is full; the FIFO
-        sends a chunk's 4 beats one a cycle from ``lw_first`` cycles after its push, and gives one cycle to
-        the argmax word (END, ``end`` cycles after the last push)."""
-        s, W, OL = self.seq, self.hw.mac_lanes, self.hw.out_lanes
+        apart, a block's chunks one a cycle) unless the writer's FIFO (``lw_depth`` chunks) is full. The
+        FIFO's SRAM is read for every beat, a cycle before it leaves, from ``lw_first`` − 1 cycles after the
+        chunk's push on, but not in a push cycle (one port, docs/pnr.md): no beat leaves after a push. The
+        argmax word (END, ``end`` cycles after the last push) takes the port for a cycle."""
+        s, W, OL, op = self.seq, self.hw.mac_lanes, self.hw.out_lanes, self.head_op
         blocks, per_block = max(1, op.fan_out // W), -(-min(op.fan_out, W) // OL)
         ipb, last = self.issue_cycles(op.fan_in, op.fan_out) // blocks, self.mac_cycles(op)
         beats = OL // BEAT_LOGITS
+        due = [last - (blocks - 1 - b) * ipb - (per_block - 1 - j) for b in range(blocks) for j in range(per_block)]
         push: list[int] = []
-        pops: list[int] = []
-        free = 0                                            # the writer's next free beat cycle
-        for b in range(blocks):
-            for j in range(per_block):
-                p = last - (blocks - 1 - b) * ipb - (per_block - 1 - j)
-                if push:
-                    p = max(p, push[-1] + 1)
-                if len(push) >= self.hw.lw_depth:
-                    p = max(p, pops[len(push) - self.hw.lw_depth] + 1)
-                push.append(p)
-                first = max(p + s.lw_first, free)
-                pops.append(first + beats - 1)
-                free = first + beats
-        return push[-1], free + (1 if free > push[-1] + s.end else 0) - push[-1]
+        c, popped, sent, ready, argmax = due[0], 0, 0, False, None
+        while sent < beats * len(due):
+            held = sum(p < c for p in push) - popped                  # chunks in the FIFO (a register)
+            take = len(push) < len(due) and due[len(push)] <= c and held < self.hw.lw_depth
+            out = ready and c != argmax                               # a beat leaves
+            pop = out and sent % beats == beats - 1
+            readable = sum(p <= c + 1 - s.lw_first for p in push) - popped - pop
+            ready = readable > 0 and not take                         # read now, the beat leaves next cycle
+            sent, popped = sent + out, popped + pop
+            if take:
+                push.append(c)
+                argmax = c + s.end if len(push) == len(due) else None
+            c += 1
+        return push[-1], c - push[-1]
 
-    def expected_jitter(self, reads: int) -> float:
-        """E[max of ``reads`` SPEC §3 jitter draws, uniform in 0..J]: the wait beyond ``base`` + k of the last of
-        ``reads`` reads requested one a cycle (k its offset; responses cannot overtake each other)."""
-        J = self.hw.mem_jitter
-        return sum(1 - (m / (J + 1)) ** reads for m in range(1, J + 1))
+    def expected_jitter(self, reads: int, late: tuple[int, ...] = ()) -> float:
+        """E[max over ``reads`` reads of a SPEC §3 jitter draw, uniform in 0..J, + ``late[k]``]: the wait beyond
+        ``base`` + k of the last of ``reads`` reads requested one a cycle, read k ``late[k]`` cycles after its
+        turn (none by default; responses cannot overtake each other)."""
+        J, late = self.hw.mem_jitter, tuple(late) + (0,) * (reads - len(late))
+
+        def below(m: int) -> float:                         # P(every read's draw + late < m)
+            p = 1.0
+            for d in late:
+                p *= min(1.0, max(0.0, (m - d) / (J + 1)))
+            return p
+        return sum(1 - below(m) for m in range(1, J + max(late) + 1))
 
     def fetch_ready(self, t: int) -> int:
         """The cycle of position t (its FETCH = 0) from which EMB finds its embedding row (hw/emb_fetch.py):
         two round trips through the port, each ``req_path`` + SPEC §3 latency (base + the expected jitter)
         + ``rsp_path``: the token's beat, then the row's .s, .z and .q beats, requested back to back.
         Position 0's token beat is due right behind the tensor block's last beat (``load_exit`` before its
-        FETCH); a later position's token is requested in the cycle before its FETCH (END's argmax write)."""
+        FETCH); a later position's token is requested in the cycle before its FETCH (END's argmax write),
+        and its row's reads share the port with the previous position's logits beats still draining
+        (``head_chunks``): the memory engine alternates the two, so read k of the row waits for up to k beats."""
         s, hw = self.seq, self.hw
         nb = 2 + self.cfg.d_model // 32
+        late: tuple[int, ...] = ()
         if t == 0:
             tok_due = 1 - s.load_exit
         else:
             tok_due = -1 + s.req_path + hw.mem_base + self.expected_jitter(1)
-        row_due = tok_due + s.rsp_path + s.req_path + nb - 1 + hw.mem_base + self.expected_jitter(nb)
+            row_read = tok_due + s.rsp_path + s.req_path        # the row's first read at the port
+            drain_end = self.head_chunks[1] - 1 - s.end   # after the head's last push, FETCH's cycle
+            late = tuple(min(k, max(0, round(drain_end - 1 - row_read))) for k in range(nb))
+        row_due = tok_due + s.rsp_path + s.req_path + nb - 1 + hw.mem_base + self.expected_jitter(nb, late)
         return round(row_due + s.rsp_path)
 
     def mix_cycles(self, n_cands: int, d: int) -> int:
@@ -406,7 +431,7 @@ class PerfModel:
                 c.cmd = pld_busy[1]
 
         for k, (op, ph) in enumerate(zip(self.ops, self.op_phases)):
-            cost = self.op_cycles(op, t)
+            cost = base = self.op_cycles(op, t)
             owed = [(c.dst, c.done) for c in cmds if c.done > now]
             res_owed = [c.done for c in cmds if c.res and c.done > now]
             if k == 0:
@@ -426,8 +451,8 @@ class PerfModel:
                 hazards = set(op.srcs) | ({op.dst} if writes else set())
                 wait += [d - now for x, d in owed if x in hazards]     # ... the results it depends on
             cost += max(wait)
-            if op.opc in (Opc.EW, Opc.COMB):                # its VRF writes hold back the matvec results
-                self._yield_vrf(op, now + cost - 1, [c for c in cmds if c.latency and c.done > now])
+            cost += share_vrf(self, op, now + cost - base + 1,        # the feed's first issue: after DISPATCH
+                              [c for c in cmds if c.latency and c.done > now])
             if op.opc == Opc.KDA:                           # the state update starts after the state segments
                 if op.last:
                     cost = max(cost, kda_state_end + KdaEngine.drain(self.kda) - now)
@@ -462,37 +487,6 @@ class PerfModel:
             now += cost
         return out
 
-    def vrf_writes(self, op: Op, last: int) -> set[int]:
-        """The cycles in which an EW or COMB op ending in cycle ``last`` writes its results to the VRF: one
-        transfer of K elements a cycle, the last in the cycle before ``last`` (the collector's ``col_done``);
-        the interleaved feed reads each further source's word first at every 16 elements, a cycle without
-        a transfer per source (hw/chip_glue.py ElemFeeder)."""
-        K = self.hw.ew_lanes if op.opc == Opc.EW else self.hw.comb_lanes
-        per_word, gap = max(1, LANES // K), len(op.srcs) - 1
-        out, c = set(), last - 1
-        for w in range(-(-op.n // LANES)):
-            for _ in range(min(per_word, op.n // K - w * per_word)):
-                out.add(c)
-                c -= 1
-            c -= gap
-        return out
-
-    def _yield_vrf(self, op: Op, last: int, cmds: list[_Cmd]) -> None:
-        """Matvec results wait for a cycle in which the running element op does not write the VRF (its own
-        writes go first, hw/chip_collect.py): each of a queued matvec's last result words that falls on one
-        of ``op``'s write cycles moves its completion a cycle later; the matvec after a held one leaves the
-        result buffer ``MacArray.DRAIN`` cycles after the held one's last word (hw/mac_array.py)."""
-        busy, held = self.vrf_writes(op, last), None
-        for c in cmds:
-            n_words = -(-min(c.fan_out, self.hw.mac_lanes) // LANES)
-            end = c.done - self.seq.mv_done
-            shift = 0 if held is None else max(0, held + MacArray.DRAIN + n_words - 1 - end)
-            for t in range(end - n_words + 1, end + 1):
-                while t + shift in busy:
-                    shift += 1
-            c.latency += shift
-            held = end + shift if shift else None      # a held block: the next one waits for its buffer
-
     def load(self, seq_len: int) -> dict[str, int]:
         """Load-phase cycles per region, as the phase monitor charges them (the region of the last read the
         port took): header and descriptors, one read stream each, a beat a cycle plus the read latency;
@@ -517,8 +511,7 @@ class PerfModel:
         for t in range(seq_len):
             for oc in self.position(t):
                 out[oc.phase] = out.get(oc.phase, 0) + oc.cycles
-        head = next(op for op in self.ops if op.opc == Opc.MV and op.head)
-        out["finish"] = self.seq.finish + max(0, self.head_chunks(head)[1] - self.seq.end - 1)
+        out["finish"] = self.seq.finish + max(0, self.head_chunks[1] - self.seq.end - 1)
         return out
 
     def total(self, seq_len: int) -> int:
