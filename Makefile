@@ -21,7 +21,7 @@ SIGNOFF_CMD = $(PY) -m flow.signoff --place $(BUILD)/place --synth $(BUILD)/synt
 REPORT_CMD  = $(PY) -m flow.report --build $(BUILD) --out $(BUILD)/report
 
 # Steps that need the PDK check it first, so a bad NANGATE45_PDK stops them before any work.
-.PHONY: setup pdk doctor rtl lint sim synth sta report readme demo test blocks place signoff pnr bench gatesim clean
+.PHONY: setup pdk doctor rtl lint sim generate synth sta report readme demo test blocks place signoff pnr bench gatesim clean
 
 setup: $(STAMP)
 
@@ -41,6 +41,13 @@ lint: rtl
 # MACROS=physical simulates the chip with the storage macros place and route implements (verification/physical_macros.py).
 sim: rtl
 	$(SIM_CMD)
+
+# The chip writes text: the trained image (nano_k3/trained/) in generate mode on the RTL of `make rtl`, its text
+# beside the fixed-point and torch models' greedy text, and its tokens/s (verification/generate.py).
+PROMPT ?= def main(
+N      ?= 48
+generate: rtl
+	$(PY) -m verification.generate --rtl $(BUILD)/rtl --prompt "$(PROMPT)" --n $(N) --out $(BUILD)/generate
 
 pdk: $(STAMP)
 	@$(PY) -m pdk_config

@@ -47,6 +47,7 @@ STAGES = {
     "place_sta": ("place/sta/sta.json", "python -m flow.place --synth {build}/synth --out {build}/place",
                   ("top", "period_ns", "corners")),
     "signoff": ("signoff/signoff.json", SIGNOFF_COMMAND, ("top", "corners", "signed_off", "std_cell_area_um2")),
+    "generate": ("generate/generate.json", "make generate", ("texts", "perplexity")),
 }
 FLOW_MINUTES_GOAL = 30       # synthesis through sign-off of the chip on 2 cores (issue 17 point 6)
 
@@ -346,6 +347,28 @@ def _md_orfs(stages: dict) -> list[str]:
     return md + [""]
 
 
+def _md_generate(stages: dict) -> list[str]:
+    g = stages["generate"]["data"]
+    md = ["## The chip writes text (make generate)", ""]
+    if g is None:
+        return md + [_not_run(stages, "generate"), ""]
+    ppl = g["perplexity"]
+    md += ["Held-out perplexity of the trained nano-K3 (nano_k3/trained/train.json, `python -m nano_k3.train`):", "",
+           "| model | perplexity |", "|---|---|",
+           f"| float, K3 recipe (Per-Head Muon, Quantile Balancing) | {fmt(ppl.get('float'), '.3f')} |",
+           f"| INT4-dequantised float (the image) | {fmt(ppl.get('int4_float'), '.3f')} |",
+           f"| fixed-point (the chip's arithmetic) | {fmt(ppl.get('fixed'), '.3f')} |",
+           f"| float, plain AdamW, same budget | {fmt(ppl.get('adamw_float'), '.3f')} |", "",
+           f"Greedy generation, {g['n']} tokens after {g['prompt_tokens']} prompt tokens, {g['profile']} profile: "
+           f"{'every check passed' if g['passed'] else 'FAILED: ' + (', '.join(g['failed_checks']) or 'chip text differs')}; "
+           f"{fmt(g.get('tokens_per_s'), ',.0f')} tokens/s at 100 MHz; chip vs float: "
+           + ("identical" if g["chip_vs_float_first_difference"] is None
+              else f"first difference at generated token {g['chip_vs_float_first_difference']}") + ".", ""]
+    for name, text in g["texts"].items():
+        md += [f"{name}:", "", "```python", g["prompt"] + text, "```", ""]
+    return md
+
+
 def markdown(stages: dict, figs: list[dict]) -> str:
     s = summary(stages)
     md = ["# nano-K3 flow report", ""]
@@ -360,7 +383,7 @@ def markdown(stages: dict, figs: list[dict]) -> str:
     md += _embed(figs, "speed")
     md += _md_size(stages, figs) + _md_timing(stages, figs) + _md_place(stages, figs)
     md += md_signoff(stages, lambda section: _embed(figs, section)) + _md_runtime(stages)
-    md += _md_blocks(stages) + _md_orfs(stages)
+    md += _md_blocks(stages) + _md_orfs(stages) + _md_generate(stages)
     return "\n".join(md) + "\n"
 
 

@@ -252,15 +252,15 @@ def op_states(m: Module, ctx) -> None:
 
     # ---- end of a position -----------------------------------------------------------------
     # The argmax word goes out ahead of the logits beats still in the writer; the next position's
-    # fetch starts in the cycle the memory engine takes it (its reads follow the write, SPEC §3).
-    with m.State("END"):
-        m.d.comb += in_pos.eq(1)
-        am_addr = Signal(ADDR_BITS)
-        m.d.comb += am_addr.eq(h.argmax_addr + (pos << 2))
-        with m.If(lw.argmax_valid):
-            m.d.comb += [seq_wr.eq(1), wr.valid.eq(1), wr.payload.addr.eq(Cat(Const(0, 4), am_addr[4:])),
-                         wr.payload.data.eq(lw.argmax.as_unsigned() << (pos[:2] * 32)),
-                         wr.payload.strb.eq(Const(0xF, 16) << (pos[:2] * 4)), end_taken.eq(wr.ready)]
+    # fetch starts in the cycle the memory engine takes it (its reads follow the write, SPEC §3). In
+    # generate mode (header word 32 = prompt length P > 0, nano_k3/image.py WORD_PROMPT_LEN) a position
+    # t + 1 >= P takes this argmax as its token: TOKEN writes it into the token array first, and the
+    # fetch starts when that write is taken.
+    gen_next = Signal()
+    m.d.comb += gen_next.eq((h.prompt_len != 0) & (pos + 1 >= h.prompt_len) & (pos + 1 != seq_len))
+
+    def next_position() -> None:
+        """Once ``end_taken``: the next position, or the status word after the last."""
         with m.If(end_taken):
             m.d.sync += [pos.eq(pos + 1), row_addr.eq(row_addr + logits_stride(cfg)), pc.eq(0)]
             with m.If(pos + 1 == seq_len):
@@ -268,3 +268,29 @@ def op_states(m: Module, ctx) -> None:
                 m.next = "STATUS"
             with m.Else():
                 m.next = "FETCH"
+
+    def write_word(beat, slot, value) -> None:
+        """One 32-bit word into slot ``slot`` of the 16-byte beat at byte address ``beat`` << 4."""
+        m.d.comb += [seq_wr.eq(1), wr.valid.eq(1), wr.payload.addr.eq(Cat(Const(0, 4), beat)),
+                     wr.payload.data.eq(value.as_unsigned() << (slot * 32)),
+                     wr.payload.strb.eq(Const(0xF, 16) << (slot * 4))]
+
+    with m.State("END"):
+        m.d.comb += in_pos.eq(1)
+        am_beat = Signal(ADDR_BITS - 4)
+        m.d.comb += am_beat.eq((h.argmax_addr + (pos << 2))[4:])
+        with m.If(lw.argmax_valid):
+            write_word(am_beat, pos[:2], lw.argmax)
+            with m.If(wr.ready & gen_next):
+                m.next = "TOKEN"
+            with m.Else():
+                m.d.comb += end_taken.eq(wr.ready)
+                next_position()
+    with m.State("TOKEN"):
+        m.d.comb += in_pos.eq(1)
+        next_pos = Signal.like(pos)
+        tok_beat = Signal(ADDR_BITS - 4)
+        m.d.comb += [next_pos.eq(pos + 1), tok_beat.eq((h.tokens_addr + (next_pos << 2))[4:])]
+        write_word(tok_beat, next_pos[:2], lw.argmax)
+        m.d.comb += end_taken.eq(wr.ready)
+        next_position()

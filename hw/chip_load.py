@@ -99,9 +99,10 @@ def load_states(m: Module, ctx) -> None:
         m.d.sync += core.cycles_load.eq(core.cycles_load + 1)
         m.d.comb += load_rx.eq(1)
         with m.If(mem.o.valid):
-            for k in range(HEADER_USED_WORDS // 4):
+            for k in range(-(-HEADER_USED_WORDS // 4)):
                 with m.If(cnt == k):
-                    m.d.sync += [hdr[4 * k + j].eq(mem.o.payload.data.word_select(j, 32)) for j in range(4)]
+                    m.d.sync += [hdr[4 * k + j].eq(mem.o.payload.data.word_select(j, 32))
+                                 for j in range(min(4, HEADER_USED_WORDS - 4 * k))]
             m.d.sync += cnt.eq(cnt + 1)
             with m.If(mem.o.payload.last):
                 m.next = "HDR_CHECK"

@@ -24,7 +24,7 @@ from .weights import IntMat, Weights, mat_shapes
 
 MAGIC = 0x4B444143          # "KDAC" (SPEC §4.1 word 0)
 FORMAT_VERSION = 1
-HEADER_WORDS = 64           # 256 bytes, words 32..63 are zero
+HEADER_WORDS = 64           # 256 bytes, words 33..63 are zero (32: WORD_PROMPT_LEN)
 HEADER_BYTES = 4 * HEADER_WORDS
 DESC_BYTES = 16             # (name hash, addr, length, aux), four uint32 (SPEC §4.2)
 ALIGN = 16                  # every region and tensor starts on a 16-byte boundary
@@ -49,11 +49,18 @@ HEADER_LAYOUT_WORDS = {
     30: "logits_stride", 31: "seq_len",
 }
 WORD_MAGIC, WORD_VERSION, WORD_BITMAP, WORD_POSITIONS = 0, 1, 21, 31
-HEADER_USED_WORDS = WORD_POSITIONS + 1      # words 0..31 carry values, the rest are zero
+# Extension of SPEC §4.1 (issue 19): generate mode. Word 32 = prompt length P. P = 0 (every SPEC image) is
+# the SPEC's behaviour: every position's token comes from the token array. With 1 <= P <= seq_len,
+# positions 0..P-1 take the prompt from the token array and every later position t takes the argmax of
+# position t - 1, which the chip also writes into token array entry t before position t reads it, so the
+# host reads the generated text back from the token area. Words 33..63 stay 0.
+WORD_PROMPT_LEN = 32
+HEADER_USED_WORDS = WORD_PROMPT_LEN + 1     # words 0..32 carry values, the rest are zero
 # Every used header word by the name of what it holds (the chip's header registers are read by name).
 HEADER_WORD = {"magic": WORD_MAGIC, "version": WORD_VERSION, "layer_bitmap": WORD_BITMAP,
                **{f: i for i, f in HEADER_CFG_WORDS.items()},
-               **{f: i for i, f in HEADER_LAYOUT_WORDS.items() if i != WORD_POSITIONS}, "positions": WORD_POSITIONS}
+               **{f: i for i, f in HEADER_LAYOUT_WORDS.items() if i != WORD_POSITIONS}, "positions": WORD_POSITIONS,
+               "prompt_len": WORD_PROMPT_LEN}
 
 ROUTED_EXPERT = re.compile(r"\.moe\.e\d+\.")  # "L0.moe.e3.g": routed, not the shared expert
 
@@ -254,6 +261,11 @@ class ImageLayout:
     scratch_addr: int
     scratch_size: int
     logits_stride: int
+    prompt_len: int = 0       # header word 32 (generate mode, see WORD_PROMPT_LEN); 0 = SPEC behaviour
+
+    @property
+    def generates(self) -> bool:
+        return self.prompt_len > 0
 
     @property
     def n_records(self) -> int:
@@ -278,13 +290,16 @@ class ImageLayout:
         words[WORD_BITMAP] = self.cfg.layer_bitmap
         for i, field in HEADER_LAYOUT_WORDS.items():
             words[i] = getattr(self, field)
+        words[WORD_PROMPT_LEN] = self.prompt_len
         return words
 
 
-def plan_layout(cfg: ModelConfig, seq_len: int) -> ImageLayout:
+def plan_layout(cfg: ModelConfig, seq_len: int, prompt_len: int = 0) -> ImageLayout:
     """The canonical layout: every region packed in order, each start rounded up to 16."""
     if not 1 <= seq_len <= cfg.max_seq:
         raise ValueError(f"seq_len must be in 1..{cfg.max_seq}, got {seq_len}")
+    if not 0 <= prompt_len <= seq_len:
+        raise ValueError(f"prompt_len must be in 0..seq_len={seq_len} (0 = no generate mode), got {prompt_len}")
     recs = record_specs(cfg)
     desc_addr = HEADER_BYTES
     addr = round_up(desc_addr + DESC_BYTES * len(recs))
@@ -301,7 +316,7 @@ def plan_layout(cfg: ModelConfig, seq_len: int) -> ImageLayout:
     return ImageLayout(cfg=cfg, seq_len=seq_len, descriptors=tuple(descriptors), desc_addr=desc_addr,
                        tokens_addr=tokens_addr, logits_addr=logits_addr, argmax_addr=argmax_addr,
                        status_addr=status_addr, scratch_addr=scratch_addr,
-                       scratch_size=scratch_size(cfg), logits_stride=stride)
+                       scratch_size=scratch_size(cfg), logits_stride=stride, prompt_len=prompt_len)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -325,14 +340,17 @@ def _put(buf: bytearray, addr: int, blob: bytes) -> None:
     buf[addr:addr + len(blob)] = blob
 
 
-def build_image(weights: Weights, tokens: np.ndarray) -> Image:
-    """Header, descriptors, tensors and tokens; outputs, status and scratch zeroed (SPEC §4)."""
+def build_image(weights: Weights, tokens: np.ndarray, prompt_len: int = 0) -> Image:
+    """Header, descriptors, tensors and tokens; outputs, status and scratch zeroed (SPEC §4).
+
+    ``prompt_len`` > 0 makes a generate-mode image (header word 32, ``WORD_PROMPT_LEN``): only
+    tokens[:prompt_len] are read, the rest of the token array is overwritten by the run."""
     cfg = weights.cfg
     tokens = np.asarray(tokens)
     if tokens.ndim != 1 or tokens.size and (tokens.min() < 0 or tokens.max() >= cfg.vocab):
         got = f", range {tokens.min()}..{tokens.max()}" if tokens.size else ""
         raise ValueError(f"tokens must be a 1-D array of ids in 0..{cfg.vocab - 1}, got shape {tokens.shape}{got}")
-    layout = plan_layout(cfg, len(tokens))
+    layout = plan_layout(cfg, len(tokens), prompt_len)
     buf = bytearray(layout.size)
     _put(buf, 0, layout.header_words().astype("<u4").tobytes())
     table = np.array([[d.hash, d.addr, d.length, d.aux] for d in layout.descriptors], dtype="<u4")  # (n, 4)
@@ -502,9 +520,12 @@ def _check_header(words: np.ndarray, problems: _Problems) -> ModelConfig | None:
                               (29, scratch_size(cfg), "scratch size")):
         if problem := _word_problem(words, i, expected, what):
             problems.append(problem)
+    if int(words[WORD_PROMPT_LEN]) > seq_len:
+        problems.append(f"header word 32: prompt length {int(words[WORD_PROMPT_LEN])} (generate mode) exceeds "
+                        f"seq_len {seq_len}")
     reserved = [i for i in range(HEADER_USED_WORDS, HEADER_WORDS) if words[i]]
     if reserved:
-        problems.append(f"header words 32..63 must be 0; word {reserved[0]} = 0x{int(words[reserved[0]]):x}"
+        problems.append(f"header words 33..63 must be 0; word {reserved[0]} = 0x{int(words[reserved[0]]):x}"
                         + (f" and {len(reserved) - 1} more are not" if len(reserved) > 1 else ""))
     return cfg
 
@@ -605,7 +626,8 @@ def check_image(data: bytes, inputs: bool = True, outputs: bool = True) -> Image
     problems.close_truncation(round_up(fields["scratch_addr"] + fields["scratch_size"]))
 
     layout = None if problems else ImageLayout(
-        cfg=cfg, descriptors=tuple(Descriptor(r.record.name, r.addr, r.length, r.aux) for r in rows), **fields)
+        cfg=cfg, descriptors=tuple(Descriptor(r.record.name, r.addr, r.length, r.aux) for r in rows),
+        prompt_len=int(words[WORD_PROMPT_LEN]), **fields)
     problems.extend(_value_problems(data, cfg, rows, regions, inputs, outputs))
     return ImageCheck(len(data), words, cfg, tuple(rows), tuple(regions), tuple(problems), layout)
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from .config import PRESETS, ModelConfig, preset
 from .image import (
-    FORMAT_VERSION, HEADER_CFG_WORDS, HEADER_LAYOUT_WORDS, STATUS_DONE, WORD_BITMAP, WORD_MAGIC, WORD_VERSION,
+    FORMAT_VERSION, HEADER_CFG_WORDS, HEADER_LAYOUT_WORDS, STATUS_DONE, WORD_BITMAP, WORD_MAGIC, WORD_PROMPT_LEN, WORD_VERSION,
     ImageCheck, ImageLayout, RowCheck, check_image, name_hash, record_specs, record_values, weight_bytes, write_image,
 )
 from .out_paths import output_file
@@ -63,8 +63,12 @@ def show_header(check: ImageCheck) -> list[str]:
     for i in range(32):
         value = int(check.words[i])
         lines.append(f"  {i:3d}  {WORD_NAMES[i]:15s} {value:>10d}  {_word_note(i, value, check)}".rstrip())
-    reserved = check.words[32:]
-    lines.append("  32..63 reserved: " + ("all 0" if not reserved.any() else f"{np.count_nonzero(reserved)} not 0"))
+    prompt = int(check.words[WORD_PROMPT_LEN])
+    lines.append(f"  {WORD_PROMPT_LEN:3d}  {'prompt_len':15s} {prompt:>10d}  "
+                 + (f"generate mode: positions from {prompt} take the previous argmax" if prompt else "0: SPEC mode")
+                 + " (extension, issue 19)")
+    reserved = check.words[WORD_PROMPT_LEN + 1:]
+    lines.append("  33..63 reserved: " + ("all 0" if not reserved.any() else f"{np.count_nonzero(reserved)} not 0"))
     return lines
 
 

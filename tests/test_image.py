@@ -11,7 +11,7 @@ import pytest
 
 from nano_k3.config import NANO, TINY
 from nano_k3.image import (
-    ImageError, STATUS_DONE, build_image, check_image, name_hash, plan_layout, read_image, read_layout,
+    WORD_PROMPT_LEN, ImageError, STATUS_DONE, build_image, check_image, name_hash, plan_layout, read_image, read_layout,
     read_outputs, record_specs, weight_bytes, write_image, write_outputs,
 )
 from nano_k3.weights import IntMat, generate, generate_tokens
@@ -313,4 +313,19 @@ def test_check_values(good):
 
 def test_check_reserved_header_words(good):
     check = check_image(patched(patched(good, 4 * 40, 3), 4 * 63, 1))
-    assert check.problems == ("header words 32..63 must be 0; word 40 = 0x3 and 1 more are not",)
+    assert check.problems == ("header words 33..63 must be 0; word 40 = 0x3 and 1 more are not",)
+
+
+def test_generate_mode_header_word(good):
+    """Word 32 (extension, issue 19): the prompt length; 0 in every SPEC image, at most seq_len."""
+    assert read_layout(good).prompt_len == 0 and not read_layout(good).generates
+    seq_len = read_layout(good).seq_len
+    gen = patched(good, 4 * WORD_PROMPT_LEN, 3)
+    assert check_image(gen).ok and read_layout(gen).prompt_len == 3 and read_layout(gen).generates
+    assert check_image(patched(good, 4 * WORD_PROMPT_LEN, seq_len + 1)).problems == (
+        f"header word 32: prompt length {seq_len + 1} (generate mode) exceeds seq_len {seq_len}",)
+    w = generate(TINY, SEED)
+    built = build_image(w, np.array([5, 6, 0, 0], dtype=np.uint32), prompt_len=2)
+    assert read_layout(built.data).prompt_len == 2
+    with pytest.raises(ValueError, match="prompt_len must be in 0..seq_len=4"):
+        build_image(w, np.array([5, 6, 0, 0], dtype=np.uint32), prompt_len=5)

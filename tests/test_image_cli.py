@@ -93,7 +93,7 @@ def test_show_good(images):
     assert "config nano, group 128, seq_len 16" in out
     for i, name in WORD_NAMES.items():                       # every used header word, by name
         assert re.search(rf"^\s+{i}\s+{name}\s", out, re.M), name
-    assert "0x4b444143 ('KDAC')" in out and "0x2 (L0 KDA, L1 MLA)" in out and "32..63 reserved: all 0" in out
+    assert "0x4b444143 ('KDAC')" in out and "0x2 (L0 KDA, L1 MLA)" in out and "33..63 reserved: all 0" in out and "0: SPEC mode" in out
     # descriptor rows: names resolved from the stored hashes, shapes, value ranges, all checks passed
     assert re.search(rf"^\s+7\s+0x{name_hash('L0.kda.q.s'):08x}\s+L0\.kda\.q\.s\s+24544\s+128\s+0\s+1x64\s+i2\s+"
                      r"\d+\.\.\d+\s+ok$", out, re.M)

@@ -538,3 +538,20 @@ def test_blocks_log_paths_inside_and_outside_the_repository(tmp_path):
     from flow.blocks import REPO, _shown
     assert _shown(REPO / "build" / "blocks" / "res_mixer" / "pytest.log") == "build/blocks/res_mixer/pytest.log"
     assert _shown(tmp_path / "pytest.log") == str((tmp_path / "pytest.log").resolve())
+
+
+def test_generate_section_shows_the_sample_and_the_perplexity_table(tmp_path):
+    build = tmp_path / "build"
+    (build / "generate").mkdir(parents=True)
+    texts = {"chip": "self):\n    pass", "fixed-point": "self):\n    pass", "float (torch)": "self):\n    return"}
+    (build / "generate" / "generate.json").write_text(json.dumps({
+        "command": "make generate PROMPT='def f(' N=4", "passed": True, "prompt": "def f(", "prompt_tokens": 3,
+        "n": 4, "profile": "long", "texts": texts, "tokens_per_s": 39000.0, "failed_checks": [],
+        "chip_vs_float_first_difference": 3,
+        "perplexity": {"float": 40.1, "int4_float": 42.2, "fixed": 42.2, "adamw_float": 41.0}}))
+    write_report(build, tmp_path / "report")
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert "## The chip writes text (make generate)" in md
+    assert "| INT4-dequantised float (the image) | 42.200 |" in md and "| float, plain AdamW, same budget | 41.000 |" in md
+    assert "def f(self):\n    return" in md and "first difference at generated token 3" in md
+    assert "every check passed; 39,000 tokens/s" in md

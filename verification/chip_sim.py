@@ -133,8 +133,8 @@ class _Follow(threading.Thread):
             self.done.wait(2.0)
 
 
-def _simulate(name: str, sources, top: str, runs: list[RunSpec], *, rand_reset: bool, rtl_dir: Path, tag: str,
-              build_dir: Path, count: tuple[int, int]):
+def simulate_with_progress(name: str, sources, top: str, runs: list[RunSpec], *, rand_reset: bool, rtl_dir: Path,
+                           tag: str, build_dir: Path, count: tuple[int, int]):
     """``count``: (runs before these, runs in all) for the progress lines."""
     log = build_dir / "run.log"
     log.unlink(missing_ok=True)
@@ -276,8 +276,8 @@ def run_chip(rtl: Path, out: Path, cfg: dict, *, runs: list[RunSpec] | None = No
     short = next((r for r in runs if r.profile == "short"), None) if rand_reset else None
     names = [r.name for r in runs] + ([short.name + RAND_RESET_SUFFIX] if short else [])
     print(f"sim: {len(names)} runs under Verilator: {', '.join(names)}", flush=True)
-    normal = _simulate(sim_name, sources, top, runs, rand_reset=False, rtl_dir=rtl, tag="sim", build_dir=build_dir,
-                       count=(0, len(names)))
+    normal = simulate_with_progress(sim_name, sources, top, runs, rand_reset=False, rtl_dir=rtl, tag="sim",
+                                    build_dir=build_dir, count=(0, len(names)))
     collisions: dict[str, Counter] = {}
     if phys:
         _collisions(phys, normal.log, collisions)          # before the re-run writes its log there
@@ -286,8 +286,8 @@ def run_chip(rtl: Path, out: Path, cfg: dict, *, runs: list[RunSpec] | None = No
     rr_summary = None
     if short is not None:
         print(f"sim: random initial state re-run of {short.name}", flush=True)
-        rr = _simulate(sim_name, sources, top, [short], rand_reset=True, rtl_dir=rtl, tag="randreset",
-                       build_dir=build_dir, count=(len(runs), len(names)))
+        rr = simulate_with_progress(sim_name, sources, top, [short], rand_reset=True, rtl_dir=rtl,
+                                    tag="randreset", build_dir=build_dir, count=(len(runs), len(names)))
         rr_name = short.name + RAND_RESET_SUFFIX
         if phys:
             _collisions(phys, rr.log, collisions, RAND_RESET_SUFFIX)

@@ -77,6 +77,8 @@ class RunSpec:
     group: int | None = None              # None: the preset's group size
     max_cycles: int = DEFAULT_MAX_CYCLES
     expected_in_scratch: bool = False     # protocol fixture only: preload the expected outputs into scratch
+    prompt: tuple[int, ...] = ()          # generate mode (header word 32): these tokens, then the argmax fed back
+    trained: bool = False                 # the trained image's weights (nano_k3/trained/nano.bin), not the seed's
     name: str = ""                        # readable id; derived when empty
 
     def __post_init__(self) -> None:
@@ -89,8 +91,12 @@ class RunSpec:
             raise ValueError(f"max_cycles must be a positive integer, got {self.max_cycles!r}")
         if not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"seed must be an integer >= 0, got {self.seed!r}")
+        object.__setattr__(self, "prompt", tuple(int(t) for t in self.prompt))
+        if len(self.prompt) > self.seq_len or any(not 0 <= t < cfg.vocab for t in self.prompt):
+            raise ValueError(f"prompt must be at most seq_len={self.seq_len} ids below {cfg.vocab}, got {self.prompt}")
         if not self.name:
-            object.__setattr__(self, "name", f"{self.config}-g{cfg.group_size}-s{self.seq_len}-{self.profile}")
+            tags = ("-trained" if self.trained else "") + (f"-gen{len(self.prompt)}" if self.prompt else "")
+            object.__setattr__(self, "name", f"{self.config}-g{cfg.group_size}-s{self.seq_len}-{self.profile}{tags}")
 
     def model_config(self) -> ModelConfig:
         cfg = preset(self.config)
@@ -139,20 +145,45 @@ class Reference:
     fixed_logits: np.ndarray    # (T, vocab) int32, the fixed-point model: the chip must match it bit for bit
     fixed_argmax: np.ndarray    # (T,) int64
     golden_logits: np.ndarray   # (T, vocab) float32, the float model of SPEC §6 (cosine, argmax agreement)
+    fixed_tokens: np.ndarray    # (T,) int64: the token array after the run (generate mode writes it)
 
 
-def reference(run: RunSpec) -> Reference:
-    """Fixed-point and float references of a run (imports torch: call it outside the simulator)."""
-    from nano_k3.fixed import FixedModel
-    from nano_k3.golden import GoldenModel
+def run_inputs(run: RunSpec):
+    """(weights, image tokens, prompt length) of a run: the seed's random weights and tokens, or the trained
+    image's weights; in generate mode the token array holds the prompt and zeros."""
     from nano_k3.weights import generate, generate_tokens
 
     cfg = run.model_config()
-    weights = generate(cfg, run.seed)
-    tokens = generate_tokens(cfg, run.seed, run.seq_len)               # (T,)
-    fixed_logits, fixed_argmax = FixedModel(weights).forward_sequence(tokens)
-    golden = GoldenModel(weights).forward_sequence(tokens).numpy()     # (T, vocab)
-    return Reference(fixed_logits, fixed_argmax, golden)
+    if run.trained:
+        from nano_k3.corpus import TRAINED_DIR
+        from nano_k3.image import read_image
+        weights = read_image((TRAINED_DIR / "nano.bin").read_bytes()).weights
+        if weights.cfg.group_size != cfg.group_size or weights.cfg.vocab != cfg.vocab:
+            raise ValueError(f"{run.name}: the trained image is group {weights.cfg.group_size}, vocab "
+                             f"{weights.cfg.vocab}; the run asks for {cfg.group_size}, {cfg.vocab}")
+        weights = dataclasses.replace(weights, cfg=cfg)
+    else:
+        weights = generate(cfg, run.seed)
+    if run.prompt:
+        tokens = np.zeros(run.seq_len, np.uint32)
+        tokens[:len(run.prompt)] = run.prompt
+    else:
+        tokens = generate_tokens(cfg, run.seed, run.seq_len)           # (T,)
+    return weights, tokens, len(run.prompt)
+
+
+def reference(run: RunSpec) -> Reference:
+    """Fixed-point and float references of a run (imports torch: call it outside the simulator). In
+    generate mode the float model is scored on the fixed-point model's tokens (same inputs, so the
+    cosine compares arithmetic, not two diverged texts)."""
+    from nano_k3.golden import GoldenModel
+    from nano_k3.greedy import fixed_outputs
+    from nano_k3.image import read_image
+
+    weights, tokens, prompt_len = run_inputs(run)
+    fixed = fixed_outputs(read_image(build_image(weights, tokens, prompt_len).data))
+    golden = GoldenModel(weights).forward_sequence(fixed.tokens).numpy()   # (T, vocab)
+    return Reference(fixed.logits, fixed.argmax, golden, fixed.tokens)
 
 
 def reference_path(ref_dir: Path, run: RunSpec) -> Path:
@@ -161,21 +192,20 @@ def reference_path(ref_dir: Path, run: RunSpec) -> Path:
 
 def save_reference(ref: Reference, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    np.savez(path, fixed_logits=ref.fixed_logits, fixed_argmax=ref.fixed_argmax, golden_logits=ref.golden_logits)
+    np.savez(path, fixed_logits=ref.fixed_logits, fixed_argmax=ref.fixed_argmax, golden_logits=ref.golden_logits,
+             fixed_tokens=ref.fixed_tokens)
 
 
 def load_reference(path: Path) -> Reference:
     with np.load(path) as z:
-        return Reference(z["fixed_logits"], z["fixed_argmax"], z["golden_logits"])
+        return Reference(z["fixed_logits"], z["fixed_argmax"], z["golden_logits"], z["fixed_tokens"])
 
 
 def prepare(run: RunSpec, ref_dir: Path | None = None) -> tuple[Image, Reference]:
     """The run's image (with the fixture's expected outputs in scratch if asked) and its references,
     read from ``ref_dir`` when the driver precomputed them there (keeps torch out of the simulator)."""
-    from nano_k3.weights import generate, generate_tokens
-
     cfg = run.model_config()
-    image = build_image(generate(cfg, run.seed), generate_tokens(cfg, run.seed, run.seq_len))
+    image = build_image(*run_inputs(run))
     path = reference_path(ref_dir, run) if ref_dir is not None else None
     ref = load_reference(path) if path is not None and path.exists() else reference(run)
     if ref.fixed_logits.shape != (run.seq_len, cfg.vocab):
@@ -379,6 +409,18 @@ def check_bit_exact(chip_logits: np.ndarray, ref_logits: np.ndarray) -> tuple[Ch
     return Check("bit_exact", False, div.describe(rows)), div
 
 
+def check_generated_tokens(layout: ImageLayout, final_mem: bytes, ref_tokens: np.ndarray) -> Check:
+    """Generate mode: the token array after the run holds the prompt and every fed-back argmax."""
+    chip = np.frombuffer(final_mem, "<u4", count=layout.seq_len, offset=layout.tokens_addr).astype(np.int64)
+    bad = np.flatnonzero(chip != ref_tokens)
+    if not bad.size:
+        return Check("generated_tokens", True, f"token array: the prompt ({layout.prompt_len}) and "
+                     f"{layout.seq_len - layout.prompt_len} fed-back argmax ids equal the fixed model's")
+    p = int(bad[0])
+    return Check("generated_tokens", False, f"token entry {p} is {int(chip[p])}, fixed model {int(ref_tokens[p])} "
+                 f"({bad.size} entries differ)")
+
+
 def check_argmax_words(chip_argmax: np.ndarray, ref_argmax: np.ndarray) -> Check:
     chip, ref = np.asarray(chip_argmax, np.int64), np.asarray(ref_argmax, np.int64)
     bad = np.flatnonzero(chip != ref)
@@ -502,6 +544,8 @@ def check_run(run: RunSpec, layout: ImageLayout, final_mem: bytes, obs: Observat
     exact, div = check_bit_exact(logits, ref.fixed_logits)
     checks.append(exact)
     checks.append(check_argmax_words(argmax, ref.fixed_argmax))
+    if layout.generates:
+        checks.append(check_generated_tokens(layout, final_mem, ref.fixed_tokens))
     prec = precision(logits, ref.golden_logits)
     checks += [check_cosine(prec), check_argmax_agreement(prec)]
     return RunReport(run, checks, obs.cycles, obs.stats, obs.timeout or obs.done_cycle is None, prec, div,

@@ -145,11 +145,18 @@ def test_run_length_is_spec_10():
 
 
 def test_chip_nano_short(tmp_path):
-    """The real chip, nano short profile (16 positions)."""
+    """The real chip, nano short profile (16 positions); and the trained image in generate mode (issue 19):
+    a 4-token prompt of held-out text, then 12 positions that read the chip's own argmax, token array and
+    logits bit-exact with the fixed-point model's greedy decode."""
     from hw.params import preset
+    from nano_k3.corpus import TRAINED_DIR
+    from nano_k3.image import read_image
     from rtl_gen import emit, read_filelist
     rtl = emit("chip", tmp_path / "rtl", preset("nano"))
     sources = chip_sources(read_filelist(rtl.filelist))
-    res = run_chip_sim("chip-nano-short", sources, rtl.top, [RunSpec(seq_len=16, profile="short")],
-                       rtl_dir=rtl.verilog.parent)
+    prompt = tuple(int(t) for t in read_image((TRAINED_DIR / "nano.bin").read_bytes()).tokens[:4])
+    runs = [RunSpec(seq_len=16, profile="short"), RunSpec(seq_len=16, profile="short", trained=True, prompt=prompt)]
+    res = run_chip_sim("chip-nano-short", sources, rtl.top, runs, rtl_dir=rtl.verilog.parent)
     assert res.passed, {n: _failed(r) for n, r in res.reports.items()} or f"no reports; see {res.log}"
+    gen = res.reports["nano-g128-s16-short-trained-gen4"]
+    assert any(c["name"] == "generated_tokens" and c["passed"] for c in gen["checks"])
