@@ -37,9 +37,9 @@ the write-backs of the rows and the ingest never meet a read in the same macro (
            from the history SRAM, taps, Sigmoid / KdaDecay, SiLU multiply, into the row buffer SRAM (q, k,
            v, alpha per index) and the gate SRAM (sigmoid(z), w); running sums of q^2, k^2 per head.
   norms    after the last Q/K/V/B/F transfer: rsqrt of every head's sum of k^2 and q^2, back to back.
-  rows     per head, one state row a cycle through one pipeline (8 stages): pass 1 decays S[i] by
+  rows     per head, one state row a cycle through one pipeline (9 stages): pass 1 decays S[i] by
            alpha[i], writes it back, accumulates kS += k_hat[i] S'[i] (k_hat, q_hat by ApplyMant, kept
-           in the row buffer); u = v - kS, beta u on the column multipliers (a 7-cycle gap); pass 2
+           in the row buffer); u = v - kS, beta u on the column multipliers (an 8-cycle gap); pass 2
            S'' = S' + k_hat[i] beta u, written back, read += q_hat[i] S''[i]. The next head's pass 1
            follows pass 2 without a gap (the first row of a pass loads the accumulators).
   tail     per head, overlapping the next head's rows: read is copied into a register rotating by L,
@@ -52,18 +52,18 @@ multiply has a stage of its own, rounding shifts and saturation take the next on
 Latency (no idles, no back-pressure; ``KdaEngine.drain`` / ``z_drain``, measured by
 verification/test_kda_engine.py ``kda_latency``): ingest takes one cycle per transfer; the last output
 leaves at max(t_s + drain, t_z + z_drain), t_s the cycle of the last Q/K/V/B/F transfer, t_z that of the
-position's last transfer. A head's rows take R = 2 dh + 7 cycles (two passes, the bu gap), its tail
+position's last transfer. A head's rows take R = 2 dh + 8 cycles (two passes, the bu gap), its tail
 T = 2 dh / L + 16 (1 takes read, dh / L + 2 sum read^2, 1 + 5 rsqrt, dh / L output transfers behind the
-7-stage output pipeline). drain = 2 dh + 33 + (H - 1) max(R, T) + T - 1: 13 drain the ingest pipeline and
-7 get head 0's rsqrts (first row at 20), 2 dh + 6 issue head 0's rows, 7 finish its last one, then each
+7-stage output pipeline). drain = 2 dh + 35 + (H - 1) max(R, T) + T - 1: 13 drain the ingest pipeline and
+7 get head 0's rsqrts (first row at 20), 2 dh + 7 issue head 0's rows, 8 finish its last one, then each
 further head's read is taken max(R, T) after the previous one (the tails set the pace at L=1, the rows at
-L=2 once dh >= 16), the last output in the last tail's last cycle: nano (H=2, dh=32) 215 at L=2
-(T=48 < R=71), 256 at L=1 (T=80); tiny (H=1, dh=16) 96 at L=2 (T=32), 112 at L=1 (T=48). z_drain (Z so
+L=2 once dh >= 16), the last output in the last tail's last cycle: nano (H=2, dh=32) 218 at L=2
+(T=48 < R=72), 258 at L=1 (T=80); tiny (H=1, dh=16) 98 at L=2 (T=32), 114 at L=1 (T=48). z_drain (Z so
 late that head 0's outputs wait for it) = 12 to the gate SRAM + dh / L + 6 for head 0's outputs
 + (H - 1) T: nano 82 at L=2, 130 at L=1; tiny 26 at L=2, 34 at L=1. A position in the chip's order, Z
 right behind F: 4 P / L + ceil(H / L) cycles of state transfers, then drain (Z's P / L transfers overlap
-it): nano 129 + 215 = 344 cycles at L=2, 258 + 256 = 514 at L=1 (322 + 256 = 578 when the rows waited for
-Z); tiny 33 + 96 = 129 at L=2, 65 + 112 = 177 at L=1.
+it): nano 129 + 218 = 347 cycles at L=2, 258 + 258 = 516 at L=1 (322 + 258 = 580 when the rows waited for
+Z); tiny 33 + 98 = 131 at L=2, 65 + 114 = 179 at L=1.
 
 Code: this file holds the parameters' formulas and the composition; the parts add their logic to its
 module: hw/kda_front.py (SRAMs, ingest), hw/kda_state.py (rsqrt requests, row pipeline, row issue),
@@ -107,10 +107,11 @@ class KdaEngine(wiring.Component):
     E_TAB = E_SIG + Sigmoid.LATENCY
     E_WRITE = E_TAB + 2
     E_SUMS = E_WRITE + 2
-    # row pipeline stages (row issued at stage 0): 1 SRAM words, 2 column product A, 3 rounded row (state
-    # write-back), 4 k_hat / q_hat (buffer write), 5 column product B, 6 accumulators, 7 u / read captured
+    # row pipeline stages (row issued at stage 0): 1 SRAM words (product A's operand B registered), 2 column
+    # product A, 3 rounded row, 4 state write-back and k_hat / q_hat (buffer write), 5 column product B,
+    # 6 accumulators, 7 u / read captured (R_ACC)
     R_HAT = 1 + ApplyMant.LATENCY
-    R_ACC = R_HAT + 2
+    R_ACC = R_HAT + 3
     BU_GAP = R_ACC + 2          # cycles from the last pass-1 row to the first pass-2 row (bu ready)
     # output pipeline: ApplyMant, gain product, rounded, x sigmoid(z), output register
     O_LAT = ApplyMant.LATENCY + 4

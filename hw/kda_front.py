@@ -14,7 +14,7 @@ from nano_k3.fxp_ops import ALPHA, UNIT, P, S, X
 
 # Row stages of the row pipeline's write-backs (hw/kda_state.py; it reads the state row and the row
 # buffer word at stage 0): the state row S', S'' and, in pass 1, k_hat / q_hat into the row buffer.
-STATE_WB, HATS_WB = 3, 4
+STATE_WB, HATS_WB = 4, 4
 
 
 def _ports(name: str, aw: int, width: int) -> dict:

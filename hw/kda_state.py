@@ -76,58 +76,60 @@ def row_pipeline(m: Module, ctx) -> None:
     vl = Array(Signal(signed(X.bits), name=f"v_{j}") for j in cols)
     with m.If(c1.v & ~c1.p2):
         m.d.sync += vl[c1.row].eq(b_v)
-    # lane product A (stage 2): S alpha (pass 1), bu k_hat (pass 2), u beta (between the passes)
+    # stage 1: operand B of lane product A, one register broadcast to every column (alpha in pass 1,
+    # k_hat in pass 2, beta the cycle u is captured); the state row registered as operand A's source
     u_l = [Signal(signed(S.bits), name=f"u_{j}") for j in cols]
     bu = [Signal(signed(S.bits + 1), name=f"bu_{j}") for j in cols]
     pa_b_bits = max(ALPHA.bits, P.bits, UNIT.bits - 1) + 1
     col_prod_a = [Signal(signed(S.bits + 1 + pa_b_bits), name=f"col_prod_a{j}") for j in cols]
-    u_hold, bu_hold = Signal(), Signal()                 # u_l holds / pa holds u beta
+    u_hold, u_op, bu_hold = Signal(), Signal(), Signal()   # u_l captured / operand A is u / pa holds u beta
     u_head = Signal.like(head)
-    for j in cols:
-        a_op = Mux(u_hold, u_l[j], Mux(c1.p2, bu[j], srow[j]))
-        b_op = Signal(signed(pa_b_bits), name=f"col_prod_a_b{j}") if j == 0 else b_op
-        if j == 0:
-            m.d.comb += b_op.eq(Mux(u_hold, beta[u_head], Mux(c1.p2, b_khat, b_alpha)))
-        m.d.sync += col_prod_a[j].eq(a_op * b_op)
+    op_b = Signal(signed(pa_b_bits), name="col_prod_a_b")
+    m.d.sync += op_b.eq(Mux(u_hold, beta[u_head], Mux(c1.p2, b_khat, b_alpha)))
     srow2 = [Signal(signed(S.bits), name=f"srow2_{j}") for j in cols]
     m.d.sync += [srow2[j].eq(srow[j]) for j in cols]
-    qhat = delay(m, one, b_qhat, core.R_HAT - 1, "qhat")   # stage 4 (pass 2)
-    # stage 3: S' = round(S alpha) (pass 1) or S'' = sat(S' + round(k_hat bu)) (pass 2); written back
-    c2, c3, c4, c5 = ctl[2], ctl[STATE_WB], ctl[HATS_WB], ctl[5]
-    s3 = [Signal(signed(S.bits), name=f"srow3_{j}") for j in cols]
-    m.d.sync += [s3[j].eq(Mux(c2.p2, clamp(srow2[j] + round_shift_const(col_prod_a[j], UNIT.frac), S.lo, S.hi),
+    # stage 2: lane product A: S alpha (pass 1), bu k_hat (pass 2), u beta (between the passes)
+    c2, c3, c4, c5 = ctl[2], ctl[3], ctl[STATE_WB], ctl[5]
+    m.d.sync += [col_prod_a[j].eq(Mux(u_op, u_l[j], Mux(c2.p2, bu[j], srow2[j])) * op_b) for j in cols]
+    srow3 = [delay(m, one, srow2[j], 1, f"srow3_{j}") for j in cols]
+    qhat = delay(m, one, b_qhat, core.R_HAT, "qhat")       # stage 5 (pass 2)
+    khat = delay(m, one, apk.o.y, 1, "khat")               # stage 5 (pass 1)
+    # stage 3: S' = round(S alpha) (pass 1) or S'' = sat(S' + round(k_hat bu)) (pass 2); written back at 4
+    s3 = [Signal(signed(S.bits), name=f"srow4_{j}") for j in cols]
+    m.d.sync += [s3[j].eq(Mux(c3.p2, clamp(srow3[j] + round_shift_const(col_prod_a[j], UNIT.frac), S.lo, S.hi),
                               round_shift_const(col_prod_a[j], ALPHA.frac))) for j in cols]
     with m.If(bu_hold):
         m.d.sync += [bu[j].eq(round_shift_const(col_prod_a[j], P.frac)) for j in cols]
-    m.d.comb += [st["we"].eq(c3.v), st["waddr"].eq(st_base(c3) + c3.row), st["wdata"].eq(Cat(*s3)),
+    m.d.comb += [st["we"].eq(c4.v), st["waddr"].eq(st_base(c4) + c4.row), st["wdata"].eq(Cat(*s3)),
                  st["wstrb"].eq((1 << (st_w // 8)) - 1)]
-    s4 = [delay(m, one, s3[j], 1, f"srow4_{j}") for j in cols]
+    s5 = [delay(m, one, s3[j], 1, f"srow5_{j}") for j in cols]
     # stage 4: k_hat / q_hat into the row buffer (pass 1); stage 5: lane product B
+    c_hw = ctl[HATS_WB]
     hats4 = pack((apq.o.y, fq), (apk.o.y, fq))
-    hats4_strb = Const(field_strb(bf_off, "q", "k"), L * bf_w // 8) << (lane_of(c4.row) * (bf_w // 8))
-    m.d.comb += [bf["we"].eq(Mux(c4.v & ~c4.p2, 1, ing_we)),
-                 bf["waddr"].eq(Mux(c4.v & ~c4.p2, bf_addr(c4), sb11.idx[lg_l:])),
-                 bf["wdata"].eq(Mux(c4.v & ~c4.p2, pack(*((hats4, bf_w) for _ in range(L))), bword)),
-                 bf["wstrb"].eq(Mux(c4.v & ~c4.p2, hats4_strb, ing_strb))]
+    hats4_strb = Const(field_strb(bf_off, "q", "k"), L * bf_w // 8) << (lane_of(c_hw.row) * (bf_w // 8))
+    m.d.comb += [bf["we"].eq(Mux(c_hw.v & ~c_hw.p2, 1, ing_we)),
+                 bf["waddr"].eq(Mux(c_hw.v & ~c_hw.p2, bf_addr(c_hw), sb11.idx[lg_l:])),
+                 bf["wdata"].eq(Mux(c_hw.v & ~c_hw.p2, pack(*((hats4, bf_w) for _ in range(L))), bword)),
+                 bf["wstrb"].eq(Mux(c_hw.v & ~c_hw.p2, hats4_strb, ing_strb))]
     pb_w = S.bits + UNIT.bits
     col_prod_b = [Signal(signed(pb_w), name=f"col_prod_b{j}") for j in cols]
-    hat4 = Mux(c4.p2, qhat, apk.o.y)
-    m.d.sync += [col_prod_b[j].eq(s4[j] * hat4) for j in cols]
+    hat5 = Mux(c5.p2, qhat, khat)
+    m.d.sync += [col_prod_b[j].eq(s5[j] * hat5) for j in cols]
     # stage 6: accumulators (the first row of a pass loads them)
+    c6, c7 = ctl[6], ctl[core.R_ACC]
     acc = [Signal(signed(pb_w + core.lg_dh + 1), name=f"acc_{j}") for j in cols]
-    with m.If(c5.v):
-        m.d.sync += [acc[j].eq(Mux(c5.first, col_prod_b[j], acc[j] + col_prod_b[j])) for j in cols]
-    # stage 6 of a pass's last row: u = sat(v - kS) (pass 1) or read = sat(q_hat . S'') (pass 2)
-    c6 = ctl[6]
+    with m.If(c6.v):
+        m.d.sync += [acc[j].eq(Mux(c6.first, col_prod_b[j], acc[j] + col_prod_b[j])) for j in cols]
+    # stage 7 of a pass's last row: u = sat(v - kS) (pass 1) or read = sat(q_hat . S'') (pass 2)
     rd = [Signal(signed(S.bits), name=f"read_{j}") for j in cols]
     rd_full, rd_head = Signal(), Signal.like(head)
-    m.d.sync += [u_hold.eq(c6.v & c6.last & ~c6.p2), bu_hold.eq(u_hold), u_head.eq(c6.head)]
-    with m.If(c6.v & c6.last & ~c6.p2):
+    m.d.sync += [u_hold.eq(c7.v & c7.last & ~c7.p2), u_op.eq(u_hold), bu_hold.eq(u_op), u_head.eq(c7.head)]
+    with m.If(c7.v & c7.last & ~c7.p2):
         m.d.sync += [u_l[j].eq(clamp((vl[j] << (S.frac - X.frac)) - round_shift_const(acc[j], UNIT.frac),
                                      S.lo, S.hi)) for j in cols]
-    with m.If(c6.v & c6.last & c6.p2):
+    with m.If(c7.v & c7.last & c7.p2):
         m.d.sync += [rd[j].eq(clamp(round_shift_const(acc[j], UNIT.frac), S.lo, S.hi)) for j in cols]
-        m.d.sync += [rd_full.eq(1), rd_head.eq(c6.head)]
+        m.d.sync += [rd_full.eq(1), rd_head.eq(c7.head)]
     vars(ctx).update(ctl=ctl, cols=cols, rd=rd, rd_full=rd_full, rd_head=rd_head)
 
 
