@@ -49,8 +49,10 @@ def _script_steps(job: dict, part_out: str = "<part>") -> list[tuple[str, list[s
     return [
         # `proc -norom` first: a case statement over constants stays logic, as the RTL wrote it; left to
         # synth's own proc it would become a $mem ROM, indistinguishable from an inferred array below.
-        ("generic synthesis (proc, opt, memory -nomap, alumacc)",
-         [f"hierarchy -top {top}", "proc -norom", f"synth -top {top}{flat} -run :fine"]),
+        # `-booth`: multipliers as radix-4 Booth partial products (half the rows): a 33 x 25 multiplier
+        # mapped 19 % smaller and 4 % slower than the array Yosys makes by default (ABC's estimate, typical).
+        ("generic synthesis (proc, opt, booth, memory -nomap, alumacc)",
+         [f"hierarchy -top {top}", "proc -norom", f"synth -top {top}{flat} -booth -run :fine"]),
         ("check for inferred memories", ["<memory-check>"]),
         ("fine synthesis (techmap to gates)", FULL_ADDER_STEPS if job["full_adders"]
          else [f"synth -top {top}{flat} -run fine:check -noabc"]),
