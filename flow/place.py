@@ -46,8 +46,8 @@ from flow.floorplan_out import draw_floorplan, floorplan_json
 from flow.lefdef import DefComponent, DefPin, Lef, LefError, read_lef, write_def
 from flow.macro_map import MACRO_KEEPOUT_UM, MacroMapError, storage_lib, table
 from flow.parasitics import NetPins, RcModel, spef_header, steiner_factor, write_dnet
-from flow.place_flat import (MAX_PLACE_FANOUT, PLACER_DENSITY, Floorplan, floorplan, global_placement, legalize,
-                             pin_xy, snap_to_sites)
+from flow.place_flat import (MAX_PLACE_FANOUT, PLACER_DENSITY, Floorplan, RowSpots, floorplan, global_placement,
+                             legalize, pin_xy, snap_to_sites)
 from flow.place_netlist import (Design, PlaceError, build_design, flatten, flatten_worker, inst_path, net_names,
                                 progress)
 from flow.regions import GLOBAL, LEGAL, place_regions, reassign
@@ -99,13 +99,17 @@ def repair_nets(module: dict, d: Design, fp: Floorplan, xs: list[int], ys: list[
         raise PlaceError(f"net repair broke the netlist: {e}") from None
     new = build_design(module, d.top, lef, sizes)
     pos = {name: (x, y) for name, x, y in zip(d.comp_name, xs, ys)}
+    spots = RowSpots(fp)
     nxs, nys = [], []
     for i, name in enumerate(new.comp_name):
         if name in pos:
             x, y = pos[name]
         else:
+            # a buffer at the centre of sinks on a macro's pins would start on the macro, off every row;
+            # the legaliser then carried such buffers up to 1.4 mm away (the nano chip's worst max-cap nets)
             cx, cy = res.new_cells[new.comp_key[i]]
-            x, y = round(cx * dbu - new.comp_w[i] / 2), round(cy * dbu - new.comp_h[i] / 2)
+            x, y = spots.nearest(round(cx * dbu - new.comp_w[i] / 2), round(cy * dbu - new.comp_h[i] / 2),
+                                 new.comp_w[i])
         nxs.append(x)
         nys.append(y)
     return new, nxs, nys, res

@@ -10,6 +10,7 @@ outputs, and ``snap_to_sites`` / ``pin_xy`` serve both flows.
 """
 from __future__ import annotations
 
+import bisect
 import ctypes
 import math
 import os
@@ -266,3 +267,54 @@ def pin_xy(d: Design, fp: Floorplan, xs, ys, orient, p) -> tuple[int, int]:
     if orient[obj] == "FS":
         dy = d.comp_h[obj] - dy
     return xs[obj] + dx, ys[obj] + dy
+
+
+class RowSpots:
+    """The free row stretches of a floorplan by row, for moving a start position onto the nearest of them."""
+
+    def __init__(self, fp: Floorplan):
+        self.rh = fp.row_height
+        self.by_y: dict[int, list[tuple[int, int]]] = {}
+        for r in fp.rows:
+            self.by_y.setdefault(r.y, []).append((r.x, r.x + r.num_x * r.step_x))
+        for spans in self.by_y.values():
+            spans.sort()
+        self.ys = sorted(self.by_y)
+        self.starts = {y: [s[0] for s in spans] for y, spans in self.by_y.items()}
+
+    def _in_row(self, y: int, x: int, w: int) -> tuple[int, int] | None:
+        """(distance, x) of the nearest legal lower-left x for a cell ``w`` wide in row ``y``."""
+        spans, starts = self.by_y[y], self.starts[y]
+        k = bisect.bisect_right(starts, x)
+        best = None
+        for x0, x1 in spans[max(0, k - 1):k + 1]:
+            if x1 - x0 < w:
+                continue
+            nx = min(max(x, x0), x1 - w)
+            if best is None or abs(nx - x) < best[0]:
+                best = (abs(nx - x), nx)
+        return best
+
+    def nearest(self, x: int, y: int, w: int) -> tuple[int, int]:
+        """The lower-left nearest (Manhattan) to ``(x, y)`` where a cell ``w`` wide lies inside a free row
+        stretch; ``(x, y)`` itself when it already does (its row is the one its y falls in)."""
+        k = bisect.bisect_right(self.ys, y) - 1
+        best: tuple[int, int, int] | None = None
+        for step in range(len(self.ys)):
+            cands = {i for i in (k - step, k + step + 1) if 0 <= i < len(self.ys)}
+            if not cands:
+                break
+            for i in sorted(cands):
+                ry = self.ys[i]
+                if best is not None and abs(ry - y) >= best[0]:
+                    continue
+                hit = self._in_row(ry, x, w)
+                if hit is not None:
+                    d = hit[0] + (0 if ry <= y < ry + self.rh else abs(ry - y))
+                    if best is None or d < best[0]:
+                        best = (d, hit[1], ry)
+            if best is not None and step * self.rh > best[0]:
+                break
+        if best is None:
+            raise PlaceError("the floorplan has no row stretch wide enough for a buffer")
+        return best[1], best[2]
