@@ -36,6 +36,7 @@ DEFAULT_PIN_CAP_FF = 2.0        # a pin the liberty does not describe (macro pin
 BUFFERS = tuple(f"BUF_X{n}" for n in (1, 2, 4, 8, 16, 32))
 REMOVABLE = re.compile(r"^(CLK)?BUF_X\d+$")
 CLOCK_PINS = frozenset({"CK", "G", "GN"})      # Nangate45 flip-flop and latch clock pins
+PORT_SINK = ("<output port>", "", 0)          # a tree leaf standing for the net's output port
 
 
 class RepairError(RuntimeError):
@@ -120,6 +121,15 @@ class _Netlist:
             if key is None or key in self.keep or not REMOVABLE.match(self.cells[key]["type"]):
                 return bit
             bit = self.cells[key]["connections"]["A"][0]
+
+
+def _move_output(cell: dict, old: int, new: int) -> None:
+    """The output pin bit of ``cell`` on bit ``old`` drives bit ``new`` instead."""
+    for pin, bits in cell["connections"].items():
+        if cell.get("port_directions", {}).get(pin) == "output" and old in bits:
+            bits[bits.index(old)] = new
+            return
+    raise RepairError(f"{cell['type']} drives no output bit {old}")
 
 
 # ---------------------------------------------------------------------------------------------- tree building
@@ -224,6 +234,7 @@ class RepairResult:
     new_cells: dict = field(default_factory=dict)        # cell key -> (x, y) um, where it was put
     rewired: list = field(default_factory=list)          # (cell key, pin, index, source bit) to verify
     removed_bits: set = field(default_factory=set)
+    moved: dict = field(default_factory=dict)            # output-port bit -> the bit its driver drives now
 
     def as_dict(self) -> dict:
         return {"nets_repaired": self.nets_repaired, "buffers_removed": self.buffers_removed,
@@ -259,7 +270,9 @@ def repair(module: dict, cell_xy: dict, port_xy: dict[int, tuple[float, float]],
     next_bit = 1 + max([b for b in net.driver] + [b for b in net.sinks] + [1])
     taken = set(module["cells"])
     serial = 0
-    roots = sorted(b for b in net.sinks if b not in clock_bits and
+    out_ports = {b for p in module["ports"].values() if p["direction"] == "output" for b in p["bits"]
+                 if isinstance(b, int) and net.driver.get(b) is not None}
+    roots = sorted(b for b in set(net.sinks) | out_ports if b not in clock_bits and
                    (net.driver.get(b) is None or not net.is_buffer(net.driver[b])) and b in net.driver)
     progress(f"repair: {len(roots):,} driven nets to examine")
     force = {net.source(b) for b in force}
@@ -279,24 +292,38 @@ def repair(module: dict, cell_xy: dict, port_xy: dict[int, tuple[float, float]],
                 continue
             x, y = pos
             sinks.append(_Node(x, y, caps.get((net.cells[key]["type"], pin), DEFAULT_PIN_CAP_FF), sink=(key, pin, j)))
-        top = builder.build(sinks) if sinks else []
         drv = net.driver.get(root)
         at = port_xy.get(root) if drv is None else cell_xy.get(drv)
+        port = root in out_ports and at is not None and root in port_xy
+        if port:                                # the port's wire is rebuilt too: a buffer drives the port bit
+            sinks.append(_Node(*port_xy[root], DEFAULT_PIN_CAP_FF, sink=PORT_SINK))
+        top = builder.build(sinks) if sinks else []
         if spacing_um and at is not None:
             top = builder.repeaters(at[0], at[1], top, spacing_um)
         if drive_limit is not None and at is not None and top:
             limit = drive_limit(drv, root)
             if limit is not None and builder.load_at(at[0], at[1], top) > limit:
                 top = [builder.buffer_at(at[0], at[1], top)]
+        if port:
+            top = [builder.buffer_at(at[0], at[1], [n]) if n.sink == PORT_SINK else n for n in top]
+            drive = next_bit                    # the driver's output moves to a new bit
+            next_bit += 1
+            _move_output(net.cells[drv], root, drive)
+            module["netnames"][f"repair_drv_{drive}"] = {"hide_name": 0, "bits": [drive], "attributes": {}}
+            res.moved[root] = drive
+        else:
+            drive = root
         top += [_Node(0.0, 0.0, 0.0, sink=leaf) for leaf in unplaced]
         for key in bufs:
             c = net.cells.pop(key)
             res.removed_bits.add(c["connections"]["Z"][0])
             res.area_removed_um2 += areas.get(c["type"], 0.0)
         res.buffers_removed += len(bufs)
-        stack = [(n, root) for n in top]
+        stack = [(n, drive) for n in top]
         while stack:
             node, parent = stack.pop()
+            if node.sink == PORT_SINK:
+                continue                        # its buffer drives the port bit itself
             if node.sink:
                 key, pin, j = node.sink
                 net.cells[key]["connections"][pin][j] = parent
@@ -304,12 +331,17 @@ def repair(module: dict, cell_xy: dict, port_xy: dict[int, tuple[float, float]],
                 continue
             while f"repair_buf_{serial}" in taken:
                 serial += 1
-            name, out_bit = f"repair_buf_{serial}", next_bit
-            serial, next_bit = serial + 1, next_bit + 1
+            name = f"repair_buf_{serial}"
+            serial += 1
+            if any(ch.sink == PORT_SINK for ch in node.children):
+                out_bit = root
+            else:
+                out_bit, next_bit = next_bit, next_bit + 1
             net.cells[name] = {"hide_name": 0, "type": node.master, "parameters": {}, "attributes": {},
                                "port_directions": {"A": "input", "Z": "output"},
                                "connections": {"A": [parent], "Z": [out_bit]}}
-            module["netnames"][f"repair_net_{serial - 1}"] = {"hide_name": 0, "bits": [out_bit], "attributes": {}}
+            if out_bit != root:
+                module["netnames"][f"repair_net_{serial - 1}"] = {"hide_name": 0, "bits": [out_bit], "attributes": {}}
             res.new_cells[name] = (node.x, node.y)
             res.buffers_added += 1
             res.area_added_um2 += areas.get(node.master, 0.0)
@@ -327,13 +359,18 @@ def verify(module: dict, res: RepairResult) -> None:
     net = _Netlist.of(module)
     for key, pin, j, source in res.rewired:
         bit = net.cells[key]["connections"][pin][j]
-        if net.source(bit) != source:
+        if net.source(bit) != res.moved.get(source, source):
             raise RepairError(f"{key}.{pin}[{j}] now reaches bit {net.source(bit)} through buffers, "
                               f"not bit {source} as before")
+    for port_bit, drive in res.moved.items():
+        if net.source(port_bit) != net.source(drive):
+            raise RepairError(f"output port bit {port_bit} reaches bit {net.source(port_bit)} through buffers, "
+                              f"not its driver's bit {drive}")
     dangling = sorted(b for b in res.removed_bits if net.sinks.get(b))
     if dangling:
         raise RepairError(f"the outputs of removed buffers are still read: bits {dangling[:10]}")
-    unread = [k for k in res.new_cells if not net.sinks.get(net.cells[k]["connections"]["Z"][0])]
+    unread = [k for k in res.new_cells if not net.sinks.get(net.cells[k]["connections"]["Z"][0])
+              and net.cells[k]["connections"]["Z"][0] not in res.moved]
     if unread:
         raise RepairError(f"inserted buffers drive nothing: {unread[:10]}")
 

@@ -261,3 +261,28 @@ def test_a_macro_pin_is_reached_at_its_own_tile(liberty):
     x, y = res.new_cells[last[0]]
     assert abs(x - 0.0) + abs(y) < 250.0, (x, y)        # the chain runs towards x = 0, where the bit's tile is
     assert all(cx <= 600.0 for cx, _ in res.new_cells.values())
+
+
+def test_an_output_port_far_from_its_driver_gets_repeaters(liberty):
+    """A NAND2_X1 drives an output port 900 um away and one gate beside it (the nano sign-off's rsp_valid: an
+    X1 gate on 900 um, 60 fF of a 16 fF limit). Forced by the electrical repair, the gate's output moves to
+    a new bit, and a chain of buffers at most 250 um apart carries it to a buffer that drives the port's bit."""
+    cells = {"g": {"type": "NAND2_X1", "port_directions": {"A1": "input", "A2": "input", "ZN": "output"},
+                   "connections": {"A1": [3], "A2": [3], "ZN": [10]}},
+             "s": {"type": "INV_X1", "port_directions": {"A": "input", "ZN": "output"},
+                   "connections": {"A": [10], "ZN": [11]}}}
+    m = {"ports": {"d": {"direction": "input", "bits": [3]}, "q": {"direction": "output", "bits": [10]},
+                   "r": {"direction": "output", "bits": [11]}}, "cells": cells, "netnames": {}}
+    xy = {"g": (0.0, 0.0), "s": (5.0, 0.0)}
+    res = repair(m, xy, {3: (0, 0), 10: (900, 0), 11: (5, 0)}, input_caps(liberty.read_text()),
+                 liberty_areas(liberty), 0.058, steiner_factor, set(), force=frozenset({10}), spacing_um=250.0,
+                 only_forced=True)
+    verify(m, res)
+    drive = m["cells"]["g"]["connections"]["ZN"][0]
+    assert drive != 10 and res.moved == {10: drive}
+    port_buf = [k for k, c in m["cells"].items() if c["connections"].get("Z") == [10]]
+    assert len(port_buf) == 1 and res.new_cells[port_buf[0]][0] > 600          # near the port
+    xs = sorted(x for x, _ in res.new_cells.values())
+    assert len(xs) >= 3 and all(b - a <= 250.0 + 1e-9 for a, b in zip([0.0] + xs, xs + [900.0]))
+    first = [res.new_cells[k] for k, c in m["cells"].items() if c["connections"].get("A") == [drive]]
+    assert first and all(x <= 250.0 for x, _ in first)          # the gate drives nothing far (verify: s reaches it)
