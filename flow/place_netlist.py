@@ -209,14 +209,26 @@ def build_design(module: dict, top: str, lef: Lef, sizes) -> Design:
                 d.comp_w.append(to_dbu(master.width_um))
                 d.comp_h.append(to_dbu(master.height_um))
                 d.comp_group.append(group)
+        abits = max(1, (m.macro.depth - 1).bit_length())
         for pin, bits in cell["connections"].items():
             drv = cell["port_directions"].get(pin) == "output"
             for j, b in enumerate(bits):
                 r, c, lpin = _sram_pin(pin, j, m)
                 x, y = master.pins[lpin].center_um
-                entry = (first + r * m.cols + c, lpin, to_dbu(x), to_dbu(y), None, drv)
-                d.macro_pins[(name, pin, j)] = entry
-                attach(b, entry)
+                if pin in ("we", "re") or (pin in ("waddr", "raddr") and j < abits):
+                    # an enable or word address reaches every tile: its wire spans the grid; the repair
+                    # aims at the middle tile
+                    tiles = [first + k for k in range(m.rows * m.cols)]
+                    at = first + (m.rows // 2) * m.cols + m.cols // 2
+                elif pin in ("wdata", "wstrb"):         # write data: the tiles of its column, every row
+                    tiles = [first + k * m.cols + c for k in range(m.rows)]
+                    at = tiles[m.rows // 2]
+                else:
+                    at = first + r * m.cols + c
+                    tiles = [at]
+                for t in tiles:
+                    attach(b, (t, lpin, to_dbu(x), to_dbu(y), None, drv))
+                d.macro_pins[(name, pin, j)] = (at, lpin, to_dbu(x), to_dbu(y), None, drv)
     for pname, port in module["ports"].items():
         bits = port["bits"]
         for j, b in enumerate(bits):
