@@ -321,3 +321,18 @@ def test_a_source_with_directives_is_read_whole(tmp_path):
     assert [p["reads"] for p in split["parts"]] == ["own modules", "own modules"]
     assert whole["cells"]["count"] == split["cells"]["count"]
     assert whole["macros"] == split["macros"]
+
+
+def test_booth_maps_only_multipliers_with_both_operands_wide():
+    """BOOTH_STEPS turn a 16 x 16 product into Booth partial products and leave a 4 x 16 one (an INT4 weight
+    times an activation, where Booth maps larger) a $mul for the array mapping."""
+    from pyosys import libyosys as ys
+    from flow.synth.worker import BOOTH_MIN_BITS, BOOTH_STEPS
+    d = ys.Design()
+    path = Path(__file__).parent / "data" / "booth_pair.v"
+    for cmd in [f"read_verilog -sv {path}", "hierarchy -top booth_pair", "proc", *BOOTH_STEPS]:
+        ys.run_pass(cmd, d)
+    muls = [c for c in d.top_module().cells_.values() if c.type.str() == "$mul"]
+    widths = sorted((c.getParam(ys.IdString("\\A_WIDTH")).as_int(), c.getParam(ys.IdString("\\B_WIDTH")).as_int())
+                    for c in muls)
+    assert len(widths) == 1 and min(widths[0]) < BOOTH_MIN_BITS, widths

@@ -25,7 +25,7 @@ from flow.synth.sources import Source
 from flow.synth.spec import MACRO_STUBS, MACROS
 from pdk_config.nangate45 import BUFFER, TIE_HI, TIE_LO
 
-PART_SCHEMA = "nano-k3/synth-part/2"   # the layout of an entry or the Yosys script: change it when either changes
+PART_SCHEMA = "nano-k3/synth-part/3"   # the layout of an entry or the Yosys script: change it when either changes
 KEEP_UNUSED = 12                       # entries a run did not use that survive it (most recently used first)
 KEEP_PLANS = 4
 

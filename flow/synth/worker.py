@@ -27,6 +27,13 @@ FULL_ADDER_STEPS = ["opt -fast -full", "memory_map", "opt -full", "maccmap", f"t
 # restructuring: on this 2-core machine those took over 15 min per 600k-gate module of the chip, `&nf` alone
 # about 2 min), then timing-driven buffering and gate sizing (as ORFS does): without them a pipeline-enable net
 # drives thousands of gates from one X1 cell, and the wire-load timing of such a net is meaningless. {D} is
+# Multipliers whose operands are both at least BOOTH_MIN_BITS wide become radix-4 Booth partial products
+# (half the rows) once their widths are reduced; narrower ones stay arrays. Mapped with this flow's ABC
+# script (Nangate45 typical, registered signed operands): 33 x 25 -18 %, 16 x 16 -31 %, 12 x 12 -26 %,
+# 10 x 16 -14 %, 9 x 18 -2 %, but 8 x 16 +4 %, 6 x 16 +8 %, 4 x 16 +23 % (the MAC lanes' INT4 products).
+BOOTH_MIN_BITS = 9
+BOOTH_STEPS = ["opt_expr", "opt_clean", "opt -nodffe -nosdff", "wreduce", "peepopt", "opt_clean",
+               f"booth t:$mul r:A_WIDTH>={BOOTH_MIN_BITS} %i r:B_WIDTH>={BOOTH_MIN_BITS} %i"]
 # ABC's delay target, filled in by Yosys.
 ABC_SCRIPT = """\
 strash; &get -n; &nf {D}; &put
@@ -49,10 +56,8 @@ def _script_steps(job: dict, part_out: str = "<part>") -> list[tuple[str, list[s
     return [
         # `proc -norom` first: a case statement over constants stays logic, as the RTL wrote it; left to
         # synth's own proc it would become a $mem ROM, indistinguishable from an inferred array below.
-        # `-booth`: multipliers as radix-4 Booth partial products (half the rows): a 33 x 25 multiplier
-        # mapped 19 % smaller and 4 % slower than the array Yosys makes by default (ABC's estimate, typical).
         ("generic synthesis (proc, opt, booth, memory -nomap, alumacc)",
-         [f"hierarchy -top {top}", "proc -norom", f"synth -top {top}{flat} -booth -run :fine"]),
+         [f"hierarchy -top {top}", "proc -norom", *BOOTH_STEPS, f"synth -top {top}{flat} -run :fine"]),
         ("check for inferred memories", ["<memory-check>"]),
         ("fine synthesis (techmap to gates)", FULL_ADDER_STEPS if job["full_adders"]
          else [f"synth -top {top}{flat} -run fine:check -noabc"]),
