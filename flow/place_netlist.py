@@ -216,19 +216,14 @@ def build_design(module: dict, top: str, lef: Lef, sizes) -> Design:
                 r, c, lpin = _sram_pin(pin, j, m)
                 x, y = master.pins[lpin].center_um
                 if pin in ("we", "re") or (pin in ("waddr", "raddr") and j < abits):
-                    # an enable or word address reaches every tile: its wire spans the grid; the repair
-                    # aims at the middle tile
-                    tiles = [first + k for k in range(m.rows * m.cols)]
-                    at = first + (m.rows // 2) * m.cols + m.cols // 2
-                elif pin in ("wdata", "wstrb"):         # write data: the tiles of its column, every row
-                    tiles = [first + k * m.cols + c for k in range(m.rows)]
-                    at = tiles[m.rows // 2]
+                    at = first + (m.rows // 2) * m.cols + m.cols // 2      # reaches every tile: the middle one
+                elif pin in ("wdata", "wstrb"):
+                    at = first + (m.rows // 2) * m.cols + c                 # its column's tiles: the middle row
                 else:
                     at = first + r * m.cols + c
-                    tiles = [at]
-                for t in tiles:
-                    attach(b, (t, lpin, to_dbu(x), to_dbu(y), None, drv))
-                d.macro_pins[(name, pin, j)] = (at, lpin, to_dbu(x), to_dbu(y), None, drv)
+                entry = (at, lpin, to_dbu(x), to_dbu(y), None, drv)
+                d.macro_pins[(name, pin, j)] = entry
+                attach(b, entry)
     for pname, port in module["ports"].items():
         bits = port["bits"]
         for j, b in enumerate(bits):
