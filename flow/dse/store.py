@@ -26,13 +26,18 @@ VALIDATION_COLUMNS = {
     "key": "TEXT PRIMARY KEY", "preset": "TEXT", "point": "TEXT", "passed": "INTEGER", "reason": "TEXT",
     "sim_run": "TEXT", "bit_exact": "INTEGER", "model_cycles": "INTEGER", "sim_cycles": "INTEGER",
     "cycles_error": "REAL", "parts_area_um2": "REAL", "full_area_um2": "REAL", "area_error": "REAL",
-    "sim_s": "REAL", "synth_s": "REAL", "recorded_unix": "REAL",
+    "sim_s": "REAL", "synth_s": "REAL", "sim_log": "TEXT", "recorded_unix": "REAL",
 }
 JSON_COLUMNS = ("point", "engines")
 
 
 def _table(con: sqlite3.Connection, name: str, columns: dict[str, str]) -> None:
+    """Creates the table, or adds the columns a file written by an older version lacks."""
     con.execute(f"CREATE TABLE IF NOT EXISTS {name} ({', '.join(f'{k} {t}' for k, t in columns.items())})")
+    have = {row[1] for row in con.execute(f"PRAGMA table_info({name})")}
+    for k, t in columns.items():
+        if k not in have:
+            con.execute(f"ALTER TABLE {name} ADD COLUMN {k} {t.replace(' PRIMARY KEY', '')}")
 
 
 class Results:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import socket
 import sys
 import time
 from pathlib import Path
@@ -81,10 +82,23 @@ def _callback(results: Results, preset: DsePreset, total: int):
     return Record()
 
 
+def _reachable(address: str) -> None:
+    """A ``host:port`` address must accept a connection within seconds (ray.init retries for minutes)."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        return                                  # "auto" or a ray:// URL: left to Ray
+    try:
+        socket.create_connection((host or "127.0.0.1", int(port)), timeout=5).close()
+    except OSError as e:
+        raise DseError(f"cannot join a Ray cluster at {address!r}: {e}. Start one with `.venv/bin/ray start --head "
+                       "--port 6379` (and --address 127.0.0.1:6379), or leave out --address for a local Ray") from None
+
+
 def _ray_init(address: str | None, cpus: int, object_store_mb: int) -> None:
     import ray
     if address:
         progress(f"joining the Ray cluster at {address}")
+        _reachable(address)
         try:
             ray.init(address=address, log_to_driver=False)
         except (ConnectionError, RuntimeError, ValueError) as e:
