@@ -77,7 +77,7 @@ def part_cache(tmp_path_factory):
 @pytest.fixture(scope="module")
 def local_sweep(tmp_path_factory, part_cache):
     out = tmp_path_factory.mktemp("dse_local")
-    argv = ["--preset", "ci", "--trials", "4", "--out", str(out), "--cache", str(part_cache)]
+    argv = ["--preset", "ci", "--trials", "4", "--out", str(out), "--cache", str(part_cache), "--min-free-gb", "0.5"]
     assert dse_main(argv) == 0
     return out, argv
 
@@ -110,6 +110,20 @@ def test_local_sweep_writes_plot_and_front_table(local_sweep):
         assert changes(r["point"], CI) in md
 
 
+def test_report_has_the_sweep_section(local_sweep, tmp_path):
+    from flow.report_dse import PLOT, md_dse
+    out, _ = local_sweep
+    build, report = tmp_path / "build", tmp_path / "report"
+    report.mkdir()
+    assert md_dse(build, report)[2] == "not run: `make dse` (python -m flow.dse)"
+    (build / "dse").mkdir(parents=True)
+    for f in ("front.md", "pareto.png"):
+        (build / "dse" / f).write_bytes((out / f).read_bytes())
+    md = "\n".join(md_dse(build, report))
+    assert f"![Pareto front of the sweep]({PLOT})" in md and (report / PLOT).is_file()
+    assert "### Pareto front (measured, within every budget)" in md
+
+
 def test_a_finished_sweep_is_resumed_not_repeated(local_sweep, capsys):
     out, argv = local_sweep
     assert dse_main(argv) == 2
@@ -126,27 +140,42 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:      # every process of the group has ended
+        pass
+
+
 @pytest.fixture
-def ray_head():
-    """A second Ray node (1 CPU, 100 MB object store) started in its own process group, stopped after."""
+def ray_head(monkeypatch):
+    """A second Ray node (1 CPU, 100 MB object store) started in its own process group, stopped after. Token
+    authentication on both sides (Ray never turns it on for a client given an explicit address by itself)."""
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")
     port = _free_port()
     ray_cli = Path(sys.executable).parent / "ray"
+    # the token a local ray.init would have made: ~/.ray/auth_token, unless one exists
+    subprocess.run([str(ray_cli), "get-auth-token", "--generate"], check=True, capture_output=True, timeout=60)
     proc = subprocess.Popen([str(ray_cli), "start", "--head", "--block", f"--port={port}", "--num-cpus=1",
                              "--object-store-memory=100000000", "--include-dashboard=false", "--disable-usage-stats"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     address = f"127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
-        while subprocess.run([str(ray_cli), "status", f"--address={address}"], capture_output=True).returncode:
-            assert proc.poll() is None and time.monotonic() < deadline, "ray start --head did not come up"
-            time.sleep(1)
+        while True:                 # the head's GCS port answers (`ray status` would need Ray's auth token)
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=2).close()
+                break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, "ray start --head did not come up"
+                time.sleep(1)
         yield address
     finally:                        # the group holds only the processes this fixture started
-        os.killpg(proc.pid, signal.SIGTERM)
+        _signal_group(proc.pid, signal.SIGTERM)
         try:
-            proc.wait(timeout=45)
+            proc.wait(timeout=10)         # ray stops its processes within ~30 s; none of them is needed after
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+            _signal_group(proc.pid, signal.SIGKILL)
             proc.wait()
 
 

@@ -33,6 +33,8 @@ def parser(command: str) -> argparse.ArgumentParser:
         ap.add_argument("--object-store-mb", type=int, default=300, help="local Ray's object store (default 300)")
         ap.add_argument("--synth-jobs", type=int, default=1, help="Yosys processes per trial (default 1)")
         ap.add_argument("--seed", type=int, default=0, help="the search algorithm's seed (default 0)")
+        ap.add_argument("--min-free-gb", type=float, default=6.0,
+                        help="a trial waits before synthesis and STA while less memory is available (default 6)")
     elif command == "validate":
         ap.add_argument("--top", type=int, default=3, help="validate the K fastest front points (default 3)")
         ap.add_argument("--synth-jobs", type=int, default=1, help="Yosys processes of the full synthesis")
@@ -59,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
                 if getattr(args, name) < 1:
                     raise DseError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
             run_sweep(preset, args.trials, args.out, args.cache, args.address, args.resume, args.cpus,
-                      args.object_store_mb, args.synth_jobs, args.seed)
+                      args.object_store_mb, args.synth_jobs, args.seed, args.min_free_gb)
         elif command == "validate":
             from flow.dse.validate import validate
             validate(preset, args.out, args.top, args.synth_jobs)

@@ -38,12 +38,12 @@ def _metric(name: str) -> str:
     return f"objective_{name}"
 
 
-def trainable(preset_name: str, out: str, cache: str, synth_jobs: int):
+def trainable(preset_name: str, out: str, cache: str, synth_jobs: int, min_free_gb: float):
     """The function Ray runs per trial (module-level names only, so a worker on another node imports it)."""
     def run(config: dict) -> None:
         import ray
         from ray import tune
-        rec = evaluate(dse_preset(preset_name), dict(config), Path(out), Path(cache), synth_jobs)
+        rec = evaluate(dse_preset(preset_name), dict(config), Path(out), Path(cache), synth_jobs, min_free_gb)
         rec["ray_node"] = ray.get_runtime_context().get_node_id()
         tune.report({**{_metric(k): v for k, v in objectives(rec).items()}, "record": json.dumps(rec)})
     return run
@@ -94,20 +94,31 @@ def _reachable(address: str) -> None:
                        "--port 6379` (and --address 127.0.0.1:6379), or leave out --address for a local Ray") from None
 
 
+def _worker_env() -> dict:
+    """What a trial's process needs of this one's environment on any node: the PDK folder, absolute (the trial
+    runs in Ray's working directory, not this one)."""
+    from pdk_config import pdk_from_env
+    pdk = pdk_from_env()
+    return {"env_vars": {"NANGATE45_PDK": str(pdk)}} if pdk else {}
+
+
 def _ray_init(address: str | None, cpus: int, object_store_mb: int) -> None:
     import ray
     if address:
         progress(f"joining the Ray cluster at {address}")
         _reachable(address)
         try:
-            ray.init(address=address, log_to_driver=False)
+            ray.init(address=address, log_to_driver=False, runtime_env=_worker_env())
         except (ConnectionError, RuntimeError, ValueError) as e:
-            raise DseError(f"cannot join a Ray cluster at {address!r}: {e}. Start one with "
-                           "`.venv/bin/ray start --head --port 6379`, or leave out --address for a local Ray") from None
+            raise DseError(f"cannot join a Ray cluster at {address!r}: {e}. A cluster with token authentication (a "
+                           "head started where ~/.ray/auth_token exists, or with RAY_AUTH_MODE=token) needs "
+                           "RAY_AUTH_MODE=token here too and its token in ~/.ray/auth_token or RAY_AUTH_TOKEN; "
+                           "without --address the sweep starts a local Ray") from None
     else:
         progress(f"starting a local Ray: {cpus} CPU(s), {object_store_mb} MB object store")
-        ray.init(num_cpus=cpus, object_store_memory=object_store_mb * 2**20, include_dashboard=False,
-                 log_to_driver=False)
+        # "local": a new instance even where /tmp/ray names a cluster started before (ray.init would join it)
+        ray.init(address="local", num_cpus=cpus, object_store_memory=object_store_mb * 2**20, include_dashboard=False,
+                 log_to_driver=False, runtime_env=_worker_env())
     progress(f"Ray resources: {ray.cluster_resources()}")
 
 
@@ -127,11 +138,11 @@ def space_size(preset: DsePreset) -> int:
     return math.prod(len(v) for v in preset.space().values())
 
 
-def _round(preset: DsePreset, total: int, n: int, out: Path, cache: Path, synth_jobs: int, seed: int,
-           results: Results) -> None:
+def _round(preset: DsePreset, total: int, n: int, out: Path, cache: Path, synth_jobs: int, min_free_gb: float,
+           seed: int, results: Results) -> None:
     """One Tuner run of ``n`` trials."""
     from ray import tune
-    run = tune.with_resources(trainable(preset.name, str(out), str(cache), synth_jobs), {"cpu": 1})
+    run = tune.with_resources(trainable(preset.name, str(out), str(cache), synth_jobs, min_free_gb), {"cpu": 1})
     tuner = tune.Tuner(
         run, param_space={k: tune.choice(list(v)) for k, v in preset.space().items()},
         tune_config=tune.TuneConfig(search_alg=_searcher(preset, out, seed, results.trials(preset.name)),
@@ -144,7 +155,7 @@ def _round(preset: DsePreset, total: int, n: int, out: Path, cache: Path, synth_
 
 def run_sweep(preset: DsePreset, trials: int, out: Path, cache: Path, address: str | None = None,
               resume: bool = False, cpus: int = 1, object_store_mb: int = 300, synth_jobs: int = 1,
-              seed: int = 0) -> Results:
+              seed: int = 0, min_free_gb: float = 0.0) -> Results:
     """Runs the sweep until the results file holds ``trials`` trials of ``preset``."""
     if not isinstance(trials, int) or not 1 <= trials <= space_size(preset):
         raise DseError(f"--trials must be an integer in 1..{space_size(preset)} (the points of preset "
@@ -167,7 +178,7 @@ def run_sweep(preset: DsePreset, trials: int, out: Path, cache: Path, address: s
         # the sampler may propose a point measured before (the trial reuses its result): go on until the file
         # holds ``trials`` different points, or a round adds none (the sampler keeps to known points)
         while (have := results.count(preset.name)) < trials:
-            _round(preset, trials, trials - have, out, cache, synth_jobs, seed + have, results)
+            _round(preset, trials, trials - have, out, cache, synth_jobs, min_free_gb, seed + have, results)
             if results.count(preset.name) == have:
                 progress(f"a round of {trials - have} trial(s) found no new point; stopping at {have}")
                 break

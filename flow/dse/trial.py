@@ -92,6 +92,24 @@ def budget_reasons(rec: dict) -> list[str]:
     return out
 
 
+def available_gb() -> float | None:
+    """MemAvailable of /proc/meminfo in GB (None where there is none)."""
+    try:
+        kb = next(int(ln.split()[1]) for ln in Path("/proc/meminfo").read_text().splitlines()
+                  if ln.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError):
+        return None
+    return kb / 2**20
+
+
+def wait_for_memory(min_gb: float, poll_s: float = 30.0) -> None:
+    """Before a synthesis or STA: waits while the machine has less than ``min_gb`` available (a sweep beside
+    other jobs must not push them out of memory; the nano chip's engines need several GB each)."""
+    while (avail := available_gb()) is not None and avail < min_gb:
+        print(f"[dse] waiting: {avail:.1f} GB available, this trial waits for {min_gb} GB", flush=True)
+        time.sleep(poll_s)
+
+
 def _shrink(work: Path) -> None:
     """Deletes what only STA needed (the netlists, hundreds of MB for nano)."""
     synth = work / "synth"
@@ -99,7 +117,8 @@ def _shrink(work: Path) -> None:
         p.unlink(missing_ok=True)
 
 
-def _measure(preset: DsePreset, point: dict, work: Path, cache: Path, jobs: int, rec: dict) -> None:
+def _measure(preset: DsePreset, point: dict, work: Path, cache: Path, jobs: int, rec: dict,
+             min_free_gb: float) -> None:
     """Fills ``rec`` stage by stage; a ValueError before synthesis marks the point illegal."""
     from rtl_gen.emit import emit
     stage = "params"
@@ -114,7 +133,9 @@ def _measure(preset: DsePreset, point: dict, work: Path, cache: Path, jobs: int,
     except ValueError as e:
         rec |= {"status": "illegal", "reason": f"{stage}: {e}"}
         return
+    wait_for_memory(min_free_gb)
     rec |= _synth(rtl, work, cache, jobs)
+    wait_for_memory(min_free_gb)
     rec |= _sta(work)
     _shrink(work)
     reasons = budget_reasons(rec)
@@ -138,7 +159,7 @@ def _logged(path: Path):
             os.close(saved[0]), os.close(saved[1])
 
 
-def evaluate(preset: DsePreset, point: dict, out: Path, cache: Path, jobs: int = 1) -> dict:
+def evaluate(preset: DsePreset, point: dict, out: Path, cache: Path, jobs: int = 1, min_free_gb: float = 0.0) -> dict:
     """The record of one trial (module docstring); never raises for a bad point or a failing tool."""
     key = trial_key(preset, point)
     work = Path(out).resolve() / "trials" / key
@@ -156,7 +177,7 @@ def evaluate(preset: DsePreset, point: dict, out: Path, cache: Path, jobs: int =
            "within_budget": False}
     with _logged(work / "trial.log"):
         try:
-            _measure(preset, point, work, Path(cache).resolve(), jobs, rec)
+            _measure(preset, point, work, Path(cache).resolve(), jobs, rec, min_free_gb)
         except Exception as e:       # a tool failed: recorded with its error, the sweep goes on
             traceback.print_exc()
             rec |= {"status": "failed", "reason": f"{type(e).__name__}: {e}"[:2000]}
