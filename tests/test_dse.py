@@ -76,10 +76,14 @@ def part_cache(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def local_sweep(tmp_path_factory, part_cache):
+    """Two trials, then resumed to four (as after an interruption): the first two stay as they were."""
     out = tmp_path_factory.mktemp("dse_local")
-    argv = ["--preset", "ci", "--trials", "4", "--out", str(out), "--cache", str(part_cache), "--min-free-gb", "0.5"]
-    assert dse_main(argv) == 0
-    return out, argv
+    argv = ["--preset", "ci", "--out", str(out), "--cache", str(part_cache), "--min-free-gb", "0.5"]
+    assert dse_main([*argv, "--trials", "2"]) == 0
+    first = Results(out / RESULTS_FILE).trials("ci")
+    assert dse_main([*argv, "--trials", "4", "--resume"]) == 0
+    assert Results(out / RESULTS_FILE).trials("ci")[:2] == first
+    return out, [*argv, "--trials", "4"]
 
 
 def test_local_sweep_records_four_measured_trials(local_sweep):

@@ -73,7 +73,7 @@ def plot(rows: list[dict], preset: DsePreset, path: Path, command: str) -> Path:
     ax.set_ylabel("tokens/s at 100 MHz (performance model, long run)")
     ax.set_title(f"Design-space sweep '{preset.name}': {len(measured)} measured of {len(rows)} trials")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="best")
     fig.text(0.01, 0.005, f"data: {command}", fontsize=7, color="0.3")
     fig.tight_layout(rect=(0, 0.02, 1, 1))
     _atomic_png(fig, path)

@@ -69,9 +69,12 @@ class Results:
                         list(row.values()))
 
     def add_trial(self, rec: dict) -> int:
-        """Stores a trial record (``flow.dse.trial.evaluate``); returns its number (1, 2, ... per preset, kept
-        when the same point is recorded again)."""
+        """Stores a trial record (``flow.dse.trial.evaluate``) and returns its number (1, 2, ... per preset); a
+        point recorded before keeps its row and number (the search proposed it again), unless it failed then and
+        has numbers now."""
         old = self.trial(rec["key"])
+        if old and (old["status"] != "failed" or rec["status"] == "failed"):
+            return old["number"]
         number = old["number"] if old else self.count(rec["preset"]) + 1
         self._put("dse_trials", self._row(rec | {"number": number, "group_size": rec.get("group")}, TRIAL_COLUMNS))
         return number

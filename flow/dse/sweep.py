@@ -24,6 +24,7 @@ from flow.dse.trial import OBJECTIVES, evaluate, objectives, trial_key
 
 RESULTS_FILE = "results.sqlite"
 SEARCH_FILE = "search.sqlite"
+STALL_ROUNDS = 5          # rounds in a row without a new point before the sweep gives up
 
 
 class DseError(RuntimeError):
@@ -176,12 +177,14 @@ def run_sweep(preset: DsePreset, trials: int, out: Path, cache: Path, address: s
     t0 = time.monotonic()
     try:
         # the sampler may propose a point measured before (the trial reuses its result): go on until the file
-        # holds ``trials`` different points, or a round adds none (the sampler keeps to known points)
-        while (have := results.count(preset.name)) < trials:
-            _round(preset, trials, trials - have, out, cache, synth_jobs, min_free_gb, seed + have, results)
-            if results.count(preset.name) == have:
-                progress(f"a round of {trials - have} trial(s) found no new point; stopping at {have}")
-                break
+        # holds ``trials`` different points, or STALL_ROUNDS rounds in a row add none
+        stalled = 0
+        while (have := results.count(preset.name)) < trials and stalled < STALL_ROUNDS:
+            _round(preset, trials, trials - have, out, cache, synth_jobs, min_free_gb, seed + have + 1000 * stalled,
+                   results)
+            stalled = stalled + 1 if results.count(preset.name) == have else 0
+        if stalled:
+            progress(f"{STALL_ROUNDS} rounds proposed only points measured before; stopping at {have} trial(s)")
     finally:
         import ray
         ray.shutdown()
