@@ -199,3 +199,12 @@ def test_address_joins_a_running_ray_node(ray_head, tmp_path, part_cache):
 def test_a_bad_address_is_named(tmp_path):
     with pytest.raises(DseError, match="cannot join a Ray cluster at '127.0.0.1:1'"):
         run_sweep(CI, 1, tmp_path, tmp_path / "cache", address="127.0.0.1:1")
+
+
+def test_reuse_names_the_engines_a_point_changes(tmp_path):
+    from flow.dse.reuse import compare
+    same = compare(CI, {"ew_lanes": 1}, tmp_path)                # the current chip against itself
+    assert same["modules"][0] == 0 and set(same["engines"]) >= {"vector_unit.ew", "vector_unit.norm"}
+    assert not any(same["engines"].values())
+    other = compare(CI, {"ew_lanes": 2}, tmp_path)
+    assert other["engines"]["vector_unit.ew"] > 0 and other["point"] == {"norm_lanes": 1, "ew_lanes": 2}

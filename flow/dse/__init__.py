@@ -4,6 +4,7 @@
                        [--cache build/synth_cache] [--cpus 1] [--object-store-mb 300] [--synth-jobs 1] [--seed 0]
     python -m flow.dse validate --top K [--preset ...] [--out build/dse]
     python -m flow.dse report [--preset ...] [--out build/dse]
+    python -m flow.dse reuse --set FIELD=VALUE ... [--preset ...] [--out build/dse]
 
 The space is every ``ChipParams`` field that changes speed or area, with the values declared on the field
 (``hw.params.choice``, ``hw.params.sweep_space``); a DSE preset (``space``) picks the chip it starts from and
@@ -15,5 +16,6 @@ Tune with Optuna's TPE search (a local Ray by default, a cluster with ``--addres
 ``--resume``, one line per finished trial; every trial goes into ``<out>/results.sqlite`` (``store``).
 ``validate`` checks the fastest front points for real (RTL simulation of the long run: bit-exact, cycles
 within 2 % of the model; a full synthesis: area within 5 % of the engines' sum). Each command ends by
-writing ``<out>/pareto.png`` and ``<out>/front.md`` (``front``).
+writing ``<out>/pareto.png`` and ``<out>/front.md`` (``front``). ``reuse`` lists the engines whose Verilog
+a point changes, i.e. what its trial maps again (``reuse``).
 """

@@ -10,7 +10,7 @@ from flow.dse.space import PRESETS, dse_preset
 from flow.dse.store import Results
 from flow.dse.sweep import RESULTS_FILE, DseError, progress, run_sweep
 
-COMMANDS = ("sweep", "validate", "report")
+COMMANDS = ("sweep", "validate", "report", "reuse")
 
 
 def _common(ap: argparse.ArgumentParser) -> None:
@@ -35,6 +35,9 @@ def parser(command: str) -> argparse.ArgumentParser:
         ap.add_argument("--seed", type=int, default=0, help="the search algorithm's seed (default 0)")
         ap.add_argument("--min-free-gb", type=float, default=6.0,
                         help="a trial waits before synthesis and STA while less memory is available (default 6)")
+    elif command == "reuse":
+        ap.add_argument("--set", nargs="+", required=True, metavar="FIELD=VALUE",
+                        help="the point's changes to the current chip, e.g. norm_lanes=4")
     elif command == "validate":
         ap.add_argument("--top", type=int, default=3, help="validate the K fastest front points (default 3)")
         ap.add_argument("--synth-jobs", type=int, default=1, help="Yosys processes of the full synthesis")
@@ -48,6 +51,16 @@ def outputs(preset_name: str, out: Path, command: str) -> list[Path]:
     for p in paths:
         progress(f"wrote {p}")
     return paths
+
+
+def _changes(items: list[str]) -> dict[str, int]:
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not value.lstrip("-").isdigit():
+            raise DseError(f"--set takes FIELD=INTEGER, e.g. norm_lanes=4; got {item!r}")
+        out[name] = int(value)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,6 +78,10 @@ def main(argv: list[str] | None = None) -> int:
         elif command == "validate":
             from flow.dse.validate import validate
             validate(preset, args.out, args.top, args.synth_jobs)
+        elif command == "reuse":
+            from flow.dse.reuse import report
+            report(preset, _changes(args.set), args.out)
+            return 0
         outputs(preset.name, args.out, f"python -m flow.dse --preset {preset.name} --out {args.out}")
     except (DseError, ValueError) as e:
         print(f"flow.dse: {e}", file=sys.stderr)
