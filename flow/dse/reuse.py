@@ -8,21 +8,18 @@ modules does. Module names are Amaranth's hierarchy paths, so the same engine ha
 from __future__ import annotations
 
 import hashlib
-import multiprocessing
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from flow.dse.space import DsePreset
 from flow.dse.sweep import progress
+from flow.dse.trial import emit_fresh
 
 
-def _modules(preset_name: str, point: dict, folder: Path) -> dict[str, str]:
-    from flow.dse.space import dse_preset
+def _modules(preset: DsePreset, point: dict, folder: Path) -> dict[str, str]:
     from flow.synth.sources import read_source
-    from rtl_gen.emit import emit, read_filelist
-    preset = dse_preset(preset_name)
-    emitted = emit(preset.design, folder, preset.params(point))
-    src = read_source(read_filelist(emitted.filelist), [])
+    from rtl_gen.emit import FILELIST_NAME, read_filelist
+    rtl = emit_fresh(preset.design, folder, preset.params(point))
+    src = read_source(read_filelist(rtl / FILELIST_NAME), [])
     if src.modules is None:
         raise ValueError(f"{folder}: the Verilog cannot be split by module ({src.why})")
     return {n: hashlib.sha256(m.text.encode()).hexdigest() for n, m in src.modules.items()}
@@ -37,12 +34,8 @@ def compare(preset: DsePreset, changes: dict, out: Path) -> dict:
     the preset's current chip."""
     point = preset.current() | changes
     preset.params(point)                                 # an illegal point is named before any work
-    # each design in a fresh process: the private names rtl_gen's Yosys passes give count on within a process
-    ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
-        base = pool.submit(_modules, preset.name, preset.current(), Path(out) / "reuse" / "current").result()
-    with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
-        other = pool.submit(_modules, preset.name, point, Path(out) / "reuse" / "point").result()
+    base = _modules(preset, preset.current(), Path(out) / "reuse" / "current")
+    other = _modules(preset, point, Path(out) / "reuse" / "point")
     depth = 3 if preset.design == "chip" else 2          # msh_chip_top.core.<engine>, <block>.<engine>
     engines: dict[str, int] = {}
     for name, digest in other.items():

@@ -17,11 +17,13 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import multiprocessing
 import os
 import shutil
 import socket
 import time
 import traceback
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from flow.dse.space import DsePreset
@@ -49,6 +51,19 @@ def throughput_run(chip) -> tuple[int, int]:
     run = PLAN[0]
     assert run.seed == "public" and run.profile == "long" and run.stretch == 1.0, run
     return run.group, run_length(chip.model, run.public_len)
+
+
+def _emit(design: str, folder: Path, chip) -> Path:
+    from rtl_gen.emit import emit
+    return emit(design, folder, chip).config.parent
+
+
+def emit_fresh(design: str, folder: Path, chip) -> Path:
+    """rtl_gen's ``emit`` in a new process: the private names its Yosys passes give count on within a process
+    (a Ray worker runs trial after trial), so only a fresh process emits the same text for the same point."""
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
+        return pool.submit(_emit, design, folder, chip).result()
 
 
 def _perf(chip) -> dict:
@@ -120,7 +135,6 @@ def _shrink(work: Path) -> None:
 def _measure(preset: DsePreset, point: dict, work: Path, cache: Path, jobs: int, rec: dict,
              min_free_gb: float) -> None:
     """Fills ``rec`` stage by stage; a ValueError before synthesis marks the point illegal."""
-    from rtl_gen.emit import emit
     stage = "params"
     try:
         chip = preset.params(point)
@@ -128,7 +142,7 @@ def _measure(preset: DsePreset, point: dict, work: Path, cache: Path, jobs: int,
         rec |= _perf(chip)
         stage = "rtl_gen"
         t0 = time.monotonic()
-        rtl = emit(preset.design, work / "rtl", chip).config.parent
+        rtl = emit_fresh(preset.design, work / "rtl", chip)
         rec["rtl_s"] = round(time.monotonic() - t0, 1)
     except ValueError as e:
         rec |= {"status": "illegal", "reason": f"{stage}: {e}"}
