@@ -21,7 +21,8 @@ SIGNOFF_CMD = $(PY) -m flow.signoff --place $(BUILD)/place --synth $(BUILD)/synt
 REPORT_CMD  = $(PY) -m flow.report --build $(BUILD) --out $(BUILD)/report
 
 # Steps that need the PDK check it first, so a bad NANGATE45_PDK stops them before any work.
-.PHONY: setup pdk doctor rtl lint sim generate synth sta report readme demo test blocks place signoff pnr bench gatesim clean
+.PHONY: setup pdk doctor rtl lint sim generate synth sta report readme demo test blocks place signoff pnr bench gatesim \
+        dse dse-validate clean
 
 setup: $(STAMP)
 
@@ -94,6 +95,26 @@ signoff: $(STAMP)
 
 pnr: synth
 	$(PY) -m flow.orfs --synth $(BUILD)/synth --rtl $(BUILD)/rtl --out $(BUILD)/orfs --run
+
+# Design-space exploration on Ray Tune (flow/dse): TRIALS different points of DSE_PRESET's space in build/dse
+# (results.sqlite, pareto.png, front.md); run again to resume an interrupted sweep or to add trials.
+# ADDRESS=host:port joins a running Ray cluster; DSE_CPUS trials at a time on the local Ray, SYNTH_JOBS Yosys
+# processes each. A nano trial maps most engines again (`python -m flow.dse reuse --set norm_lanes=4`: 52 of 82
+# modules differ, in 16 of 17 parts, rtl_gen's private names being numbered design-wide), so it costs about a
+# cold `make synth` plus slow-corner STA.
+TRIALS     ?= 40
+DSE_PRESET ?= nano
+DSE_CPUS   ?= 1
+SYNTH_JOBS ?= 1
+ADDRESS    ?=
+TOP        ?= 3
+dse: pdk
+	$(PY) -m flow.dse --preset $(DSE_PRESET) --trials $(TRIALS) --out $(BUILD)/dse --cache $(BUILD)/synth_cache \
+	  --cpus $(DSE_CPUS) --synth-jobs $(SYNTH_JOBS) --resume $(if $(ADDRESS),--address $(ADDRESS))
+
+# The TOP fastest points of the front: RTL simulation of the long run and a flat synthesis (nano: ~17 GB).
+dse-validate: pdk
+	$(PY) -m flow.dse validate --preset $(DSE_PRESET) --top $(TOP) --out $(BUILD)/dse
 
 # The benchmark always measures the chip, whatever BLOCK the other targets use.
 bench: BLOCK = chip

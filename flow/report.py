@@ -23,6 +23,7 @@ import json
 import sys
 from pathlib import Path
 
+from flow.report_dse import md_dse
 from flow.report_figures import CHIP_SIM_COMMAND, atomic, fig_area, fig_bits, fig_slack, fig_tokens
 from flow.report_layout import fig_layout, fig_placement
 from flow.report_signoff import SIGNOFF_COMMAND, fig_floorplan, fig_routing_demand, md_signoff
@@ -393,7 +394,8 @@ def write_report(build: Path, out: Path) -> dict:
     figs = make_figures(stages, out)
     report = {"schema": "nano-k3/report/3", "summary": summary(stages), "figures": figs,
               "stages": {k: {kk: vv for kk, vv in v.items() if kk != "data"} for k, v in stages.items()}}
-    for name, text in (("report.json", json.dumps(report, indent=1) + "\n"), ("report.md", markdown(stages, figs))):
+    md = markdown(stages, figs) + "\n".join(md_dse(build, out)) + "\n"
+    for name, text in (("report.json", json.dumps(report, indent=1) + "\n"), ("report.md", md)):
         atomic(out / name, lambda p, text=text: p.write_text(text))
     return report
 

@@ -14,6 +14,7 @@ from flow.synth import AREA_BUDGET_UM2, SRAM_BUDGET_BITS
 
 # SPEC_NANO_KPU.md §8: tokens/s at 100 MHz on the long run (seed 20260706, group 128, 48 positions).
 K3_TOKENS_PER_S = 8_721              # K3's chip: 550,420 cycles = 11,467 cycles/token
+K3_AREA_MM2 = 3.97                   # K3's chip: logic + macros as SPEC §5 prices them (issue 20)
 PORT_LIMIT_TOKENS_PER_S = 20_470     # reads + logits writes share one 16 B/cycle channel: ~4,886 beats/token
 READ_ROOFLINE_TOKENS_PER_S = 21_022  # reads alone: 76,109 active bytes = 4,757 beats/token
 READ_ROOFLINE_BEATS_PER_TOKEN = 4_757

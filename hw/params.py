@@ -16,7 +16,7 @@ import dataclasses
 import hashlib
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from nano_k3.config import PRESETS as MODEL_PRESETS
 from nano_k3.config import ModelConfig
@@ -61,6 +61,27 @@ def int_in(name: str, value: object, lo: int, hi: int) -> None:
         raise ValueError(f"{name} must be an integer in {lo}..{hi}, got {value!r}")
 
 
+SWEEP = "sweep"      # field metadata: the values design-space exploration (flow/dse) searches
+CLOSED = "closed"    # field metadata: True when those values are also the only legal ones
+
+
+def choice(default: int, values: tuple[int, ...], closed: bool = True):
+    """A parameter that changes the chip's speed or area: ``values`` are the ones ``python -m flow.dse``
+    searches; ``closed``: they are the only legal ones (``ChipParams.__post_init__`` rejects any other)."""
+    return field(default=default, metadata={SWEEP: tuple(values), CLOSED: closed})
+
+
+def sweep_space() -> dict[str, tuple[int, ...]]:
+    """Every ``ChipParams`` field the design-space exploration searches, with its values (declared once, on
+    the field). The fields left out and why: number formats and ``max_fan_in`` (``act_bits``, ``scale_bits``,
+    ``scale_frac``, ``zero_bits``) are fixed by the model's fixed-point formats, so changing them breaks bit
+    exactness rather than trading speed for area; ``mac_lanes`` shapes only the stand-alone dequant_mac block
+    (the chip's MAC array is 16 x ``mac_banks`` lanes); ``clock_ns`` is SPEC section 9's 100 MHz;
+    ``mem_max_inflight`` below the latency it covers stalls reads, which perf/model.py does not model;
+    ``mem_len_bits`` bounds a read's length, not its speed."""
+    return {f.name: f.metadata[SWEEP] for f in dataclasses.fields(ChipParams) if SWEEP in f.metadata}
+
+
 def pow2_at_least(name: str, value: object, lo: int, why: str = "") -> None:
     """Raises ValueError naming ``name`` unless ``value`` is a power-of-two integer >= ``lo``."""
     if not isinstance(value, int) or isinstance(value, bool) or value < lo or value & (value - 1):
@@ -73,7 +94,8 @@ class ChipParams:
 
     name: str = "nano"
     mac_lanes: int = 16         # columns of the dequant_mac skeleton block (bytes of a 16 B beat it takes)
-    mac_banks: int = 8          # weight-store banks = MAC array lane groups (16 columns each: nano 128 lanes)
+    # weight-store banks = MAC array lane groups (16 columns each: nano 128 lanes); any power of two is legal
+    mac_banks: int = choice(8, (1, 2, 4, 8, 16), closed=False)
     act_bits: int = MAC_INPUT.bits  # signed MAC-input mantissa width (fixed-point format A)
     scale_bits: int = SCALE_BITS    # Q3.12 group scale (SPEC §4.3)
     scale_frac: int = SCALE_FRAC
@@ -82,11 +104,11 @@ class ChipParams:
     clock_ns: float = 10.0      # target clock period (100 MHz)
     mem_max_inflight: int = 64  # memory engine: reads in flight (covers base 24 + jitter 12 at 1 beat/cycle)
     mem_len_bits: int = 24      # memory engine: bits of a read range's byte length
-    norm_lanes: int = 8         # RMSNorm elements per cycle (hw.norm_unit lanes; 1, 2, 4 or 8)
-    ew_lanes: int = 4           # element-wise (ADD, SwiGLU) elements per cycle (hw.vector_unit; 1, 2 or 4)
-    mix_lanes: int = 4          # residual-mixer elements per cycle (hw.res_mixer; 1, 2 or 4)
-    comb_lanes: int = 2         # MoE-combine elements per cycle (hw.chip_glue.Combine; 1, 2 or 4)
-    kda_lanes: int = 2          # KDA engine input elements per cycle (hw.kda_engine.KdaParams.lanes; 1 or 2)
+    norm_lanes: int = choice(8, (1, 2, 4, 8))   # RMSNorm elements per cycle (hw.norm_unit lanes)
+    ew_lanes: int = choice(4, (1, 2, 4))        # element-wise (ADD, SwiGLU) elements per cycle (hw.vector_unit)
+    mix_lanes: int = choice(4, (1, 2, 4))       # residual-mixer elements per cycle (hw.res_mixer)
+    comb_lanes: int = choice(2, (1, 2, 4))      # MoE-combine elements per cycle (hw.chip_glue.Combine)
+    kda_lanes: int = choice(2, (1, 2))          # KDA engine input elements per cycle (hw.kda_engine.KdaParams.lanes)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.isidentifier():
@@ -102,10 +124,10 @@ class ChipParams:
         int_in("max_fan_in", self.max_fan_in, 2, 1 << 16)
         int_in("mem_max_inflight", self.mem_max_inflight, 2, 1024)
         int_in("mem_len_bits", self.mem_len_bits, 8, 32)
-        for name, allowed in (("norm_lanes", (1, 2, 4, 8)), ("mix_lanes", (1, 2, 4)), ("ew_lanes", (1, 2, 4)),
-                              ("comb_lanes", (1, 2, 4)), ("kda_lanes", (1, 2))):
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"{name} must be one of {', '.join(map(str, allowed))}, got {getattr(self, name)!r}")
+        for f in dataclasses.fields(self):
+            allowed = f.metadata.get(SWEEP) if f.metadata.get(CLOSED) else None
+            if allowed and getattr(self, f.name) not in allowed:
+                raise ValueError(f"{f.name} must be one of {', '.join(map(str, allowed))}, got {getattr(self, f.name)!r}")
         if self.max_fan_in % 2:
             raise ValueError(f"max_fan_in must be even (two int4 rows per byte), got {self.max_fan_in}")
         if (isinstance(self.clock_ns, bool) or not isinstance(self.clock_ns, (int, float))

@@ -133,9 +133,10 @@ class PartCache:
         tmp.write_text(json.dumps(plan, indent=1))
         tmp.replace(self.root / f"plan-{digest}.json")
 
-    def prune(self, used: set[str]) -> None:
-        """Keeps the entries in ``used``, the ``KEEP_UNUSED`` most recently used others and the newest plans;
-        removes leftovers of interrupted runs (temporary folders of processes that no longer run)."""
+    def prune(self, used: set[str], keep: int | None = KEEP_UNUSED) -> None:
+        """Keeps the entries in ``used``, the ``keep`` most recently used others (all when None: a design-space
+        sweep, flow/dse, revisits every engine variant) and the newest plans; removes leftovers of
+        interrupted runs (temporary folders of processes that no longer run)."""
         if not self.root.is_dir():
             return
         entries, plans = [], []
@@ -149,7 +150,7 @@ class PartCache:
             elif p.is_dir() and p.name not in used:
                 entries.append(p)
         age = lambda p: (p / "meta.json").stat().st_mtime if (p / "meta.json").exists() else 0.0  # noqa: E731
-        for p in sorted(entries, key=age, reverse=True)[KEEP_UNUSED:]:
+        for p in sorted(entries, key=age, reverse=True)[len(entries) if keep is None else keep:]:
             self._remove(p)
         for p in sorted(plans, key=lambda p: p.stat().st_mtime, reverse=True)[KEEP_PLANS:]:
             p.unlink(missing_ok=True)

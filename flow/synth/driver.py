@@ -10,7 +10,7 @@ from pathlib import Path
 
 from flow.cli import job_count, publish, report_stage
 from flow.synth import worker
-from flow.synth.cache import PartCache, part_digests, pyosys_version
+from flow.synth.cache import KEEP_UNUSED, PartCache, part_digests, pyosys_version
 from flow.synth.inputs import RtlInput, abc_period_ps, load_rtl
 from flow.synth.partition import partition, whole
 from flow.synth.results import RESULT_SCHEMA, build_result, merge_parts, summary_text
@@ -59,8 +59,9 @@ def _reuse(out: Path, done: dict, rtl: RtlInput) -> dict:
 
 def synthesize(rtl_dir: Path, out: Path, top: str | None = None, flatten: bool = False, full_adders: bool = False,
                jobs: int | None = None, cache: Path = REPO / "build" / "pdk_cache",
-               part_cache: Path | None = None) -> dict:
-    """Synthesises the RTL folder ``rtl_dir`` into ``out`` (default part cache: ``<out>_cache`` beside it)."""
+               part_cache: Path | None = None, keep_unused: int | None = KEEP_UNUSED) -> dict:
+    """Synthesises the RTL folder ``rtl_dir`` into ``out`` (default part cache: ``<out>_cache`` beside it);
+    ``keep_unused``: cache entries this run did not use that survive it (``PartCache.prune``)."""
     try:
         jobs = job_count(jobs, "Yosys processes")
     except ValueError as e:
@@ -115,7 +116,7 @@ def synthesize(rtl_dir: Path, out: Path, top: str | None = None, flatten: bool =
     for d in ("parts", "plan"):
         shutil.rmtree(stage / d, ignore_errors=True)
     publish(stage, out)
-    store.prune(set(digests))
+    store.prune(set(digests), keep_unused)
     return result
 
 
