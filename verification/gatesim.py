@@ -106,14 +106,17 @@ def test_module(block: str) -> str:
 
 def gatesim(synth_dir: Path, block: str, out: Path | None = None, cell_models: Path = CELL_MODELS_OUT,
             testcase: str | None = None, env: dict[str, str] | None = None,
-            liberty: Path | None = None, quick_build: bool = False) -> tuple[SimResult, dict]:
+            liberty: Path | None = None, quick_build: bool = False,
+            build_args: tuple[str, ...] = (), test_args: tuple[str, ...] = ()) -> tuple[SimResult, dict]:
     """Build the netlist with its models under Verilator in ``out`` and run the block's cocotb tests there.
 
     ``liberty``: generate the cell models from this file instead of the PDK's typical corner;
-    ``quick_build``: compile without optimisation (``QUICK_BUILD``), for short runs.
+    ``quick_build``: compile without optimisation (``QUICK_BUILD``), for short runs;
+    ``build_args``: more Verilator options, ``test_args``: options of the simulation binary (flow.power's
+    toggle coverage: ``--coverage-toggle`` and ``--coverage-per-instance``).
     Returns the cocotb result (failing tests raise SimFailure) and a summary: build time (Verilator and the
     C++ compile, everything but the tests) and run time (the tests' own, from cocotb's results.xml)."""
-    out = Path(out) if out is not None else GATESIM_ROOT / block
+    out = (Path(out) if out is not None else GATESIM_ROOT / block).resolve()   # cocotb runs in it: no relative paths
     module = test_module(block)
     netlist = read_synth(Path(synth_dir))
     try:
@@ -124,9 +127,9 @@ def gatesim(synth_dir: Path, block: str, out: Path | None = None, cell_models: P
     link_rtl(netlist.rtl_dir, out)
     extra_env = {CONFIG_ENV: str((netlist.rtl_dir / "config.json").resolve()), **(env or {})}
     t0 = time.monotonic()
-    build_args = [*NETLIST_WAIVERS, *(QUICK_BUILD if quick_build else ())]
-    result = run_cocotb(f"gatesim-{block}", srcs, netlist.top, module, build_args=build_args,
-                        extra_env=extra_env, build_dir=out, testcase=testcase)
+    args = [*NETLIST_WAIVERS, *(QUICK_BUILD if quick_build else ()), *build_args]
+    result = run_cocotb(f"gatesim-{block}", srcs, netlist.top, module, build_args=args,
+                        extra_env=extra_env, build_dir=out, testcase=testcase, test_args=list(test_args))
     total = time.monotonic() - t0
     run_s = sum(float(t.get("time", 0)) for t in ET.parse(result.results_xml).getroot().iter("testcase"))
     summary = {"block": block, "top": netlist.top, "netlist": str(netlist.verilog),
