@@ -21,7 +21,7 @@ SIGNOFF_CMD = $(PY) -m flow.signoff --place $(BUILD)/place --synth $(BUILD)/synt
 REPORT_CMD  = $(PY) -m flow.report --build $(BUILD) --out $(BUILD)/report
 
 # Steps that need the PDK check it first, so a bad NANGATE45_PDK stops them before any work.
-.PHONY: setup pdk doctor rtl lint sim generate synth sta report readme demo test blocks place signoff pnr bench gatesim clean
+.PHONY: setup pdk doctor rtl lint sim generate synth sta report readme demo test blocks place signoff pnr bench gatesim power clean
 
 setup: $(STAMP)
 
@@ -80,6 +80,17 @@ demo: pdk
 # under the block's own cocotb testbench (verification/gatesim.py).
 gatesim: synth
 	$(PY) -m verification.gatesim --synth $(BUILD)/synth --block $(BLOCK) --out $(BUILD)/gatesim
+
+# Power from measured switching activity (flow/power.py): each engine of POWER_BLOCKS emitted at POWER_PRESET,
+# synthesised, its netlist run under its own testbench with toggle counts, priced by OpenSTA at the typical corner.
+# Energy per token divides by the token rate of POWER_RATE (a make sim summary or make bench JSON of the same
+# preset), when that file exists.
+POWER_PRESET ?= tiny
+POWER_BLOCKS ?= dequant_mac moe_router lut_unit
+POWER_RATE   ?= $(BUILD)/sim/summary.json
+power: pdk
+	$(PY) -m flow.power --preset $(POWER_PRESET) --blocks $(POWER_BLOCKS) --out $(BUILD)/power \
+	  $(if $(wildcard $(POWER_RATE)),--bench $(POWER_RATE))
 
 blocks: $(STAMP)
 	$(PY) -m flow.blocks --out $(BUILD)/blocks

@@ -119,8 +119,9 @@ def measure_block(synth_dir: Path, block: str, out: Path, env: dict[str, str] | 
     return record
 
 
-def token_rate(tokens_per_s: float | None, bench: Path | None) -> dict | None:
-    """The token rate energy per token divides by, and where it comes from (None: no rate given)."""
+def token_rate(tokens_per_s: float | None, bench: Path | None, preset_name: str | None = None) -> dict | None:
+    """The token rate energy per token divides by, and where it comes from (None: no rate given). A run read
+    from ``bench`` must be of ``preset_name`` (its name starts with it): the engines' power is that preset's."""
     if tokens_per_s is not None:
         if tokens_per_s <= 0:
             raise PowerError(f"--tokens-per-s must be positive, got {tokens_per_s}")
@@ -131,13 +132,19 @@ def token_rate(tokens_per_s: float | None, bench: Path | None) -> dict | None:
         raise PowerError(f"{bench} not found: run make bench first, or pass --tokens-per-s")
     b = json.loads(Path(bench).read_text())
     if isinstance(b.get("throughput"), dict) and b["throughput"].get("tokens_per_s"):      # make sim's summary.json
-        return {"tokens_per_s": b["throughput"]["tokens_per_s"], "source": f"{bench} run {b['throughput']['run']}"}
-    run = next((r for r in b.get("runs", []) if r.get("name") == b.get("throughput_run")), None)
-    if run is None or not run.get("tokens_per_s"):
-        raise PowerError(f"{bench} has no throughput run with tokens_per_s (throughput_run = "
-                         f"{b.get('throughput_run')!r}, throughput = {b.get('throughput')!r}): rerun make bench "
-                         f"or make sim")
-    return {"tokens_per_s": run["tokens_per_s"], "source": f"{bench} run {run['name']}"}
+        name, tps = b["throughput"]["run"], b["throughput"]["tokens_per_s"]
+    else:
+        run = next((r for r in b.get("runs", []) if r.get("name") == b.get("throughput_run")), None)
+        if run is None or not run.get("tokens_per_s"):
+            raise PowerError(f"{bench} has no throughput run with tokens_per_s (throughput_run = "
+                             f"{b.get('throughput_run')!r}, throughput = {b.get('throughput')!r}): rerun make bench "
+                             f"or make sim")
+        name, tps = run["name"], run["tokens_per_s"]
+    if preset_name and not name.startswith(preset_name + "-"):
+        raise PowerError(f"{bench}'s throughput run {name!r} is not of preset {preset_name!r}, whose engines are "
+                         f"measured: simulate the {preset_name} chip (make rtl sim with rtl_gen --preset "
+                         f"{preset_name}) or pass --tokens-per-s")
+    return {"tokens_per_s": tps, "source": f"{bench} run {name}"}
 
 
 def summarise(engines: list[dict], rate: dict | None, preset_name: str | None) -> dict:
@@ -160,14 +167,13 @@ def summarise(engines: list[dict], rate: dict | None, preset_name: str | None) -
     return rec
 
 
-def fig_power(rec: dict, path: Path) -> Path:
-    """Bars: each engine's measured power (internal, switching, leakage stacked), OpenSTA's default as a dot."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def draw_power(rec: dict, path: Path) -> dict:
+    """Bars: each engine's measured power (internal, switching, leakage stacked), OpenSTA's default as a cross.
+    Returns what the figure shows (flow.report_figures.save)."""
+    from flow.report_figures import plt_, save
     engines = sorted(rec["engines"], key=lambda e: e["total_mW"])
     names = [e["block"] for e in engines]
-    fig, ax = plt.subplots(figsize=(7, 1.2 + 0.45 * len(engines)))
+    fig, ax = plt_().subplots(figsize=(7, 1.2 + 0.45 * len(engines)))
     left = [0.0] * len(engines)
     for col, color in zip(COLUMNS, ("tab:blue", "tab:orange", "tab:gray")):
         vals = [e[f"{col}_mW"] for e in engines]
@@ -175,11 +181,10 @@ def fig_power(rec: dict, path: Path) -> Path:
         left = [a + b for a, b in zip(left, vals)]
     ax.plot([e["default_activity"]["total_mW"] for e in engines], names, "kx", label="OpenSTA default activity")
     ax.set_xlabel("power (mW), typical corner, measured activity")
+    ax.set_ylabel("engine (its own netlist)")
+    ax.set_title(f"power by engine ({rec.get('preset') or 'one block'}): {rec['total_mW']:.3f} mW")
     ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save(fig, ax, Path(path))
 
 
 def measure_preset(preset_name: str, blocks: list[str], out: Path, env: dict[str, str],
@@ -200,7 +205,8 @@ def measure_preset(preset_name: str, blocks: list[str], out: Path, env: dict[str
         synthesize(out / b / "rtl", out / b / "synth", jobs=1)
         engines.append(measure_block(out / b / "synth", b, out / b, env))
     rec = summarise(engines, rate, preset_name)
-    rec["figure"] = str(fig_power(rec, out / "power_by_engine.png"))
+    draw_power(rec, out / "power_by_engine.png")
+    rec["figure"] = str(out / "power_by_engine.png")
     (out / "power.json").write_text(json.dumps(rec, indent=1) + "\n")
     return rec
 
@@ -222,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--env takes KEY=VALUE, got {bad}" if bad else "--synth and --block go together")
     env = dict(e.split("=", 1) for e in args.env)
     try:
-        rate = token_rate(args.tokens_per_s, args.bench)
+        rate = token_rate(args.tokens_per_s, args.bench, None if args.synth else args.preset)
         if args.synth:
             rec = summarise([measure_block(args.synth, args.block, args.out / args.block, env)], rate, None)
             args.out.mkdir(parents=True, exist_ok=True)

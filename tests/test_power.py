@@ -88,3 +88,7 @@ def test_bad_token_rate_is_named(tmp_path, capsys):
     (tmp_path / "bench.json").write_text(json.dumps({"runs": [], "throughput_run": "x"}))
     assert main(["--bench", str(tmp_path / "bench.json"), "--out", str(tmp_path / "p")]) == 1
     assert "no throughput run with tokens_per_s (throughput_run = 'x'" in capsys.readouterr().err
+    (tmp_path / "bench.json").write_text(json.dumps({"throughput": {"run": "nano-g128-s48-long", "tokens_per_s": 9.0}}))
+    assert token_rate(None, tmp_path / "bench.json", "nano")["tokens_per_s"] == 9.0
+    with pytest.raises(PowerError, match="run 'nano-g128-s48-long' is not of preset 'tiny'"):
+        token_rate(None, tmp_path / "bench.json", "tiny")
