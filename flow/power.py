@@ -192,6 +192,8 @@ def measure_preset(preset_name: str, blocks: list[str], out: Path, env: dict[str
     """Emit, synthesise and measure each block of the preset; out/power.json holds the summary."""
     from flow.synth import synthesize
     from hw.params import preset
+    from hw.roms import ROM_SUBDIR
+    from nano_k3.luts import write_roms
     from rtl_gen import BLOCKS, emit
     bad = [b for b in blocks if b not in BLOCKS or b == "chip"]
     if bad:
@@ -202,6 +204,7 @@ def measure_preset(preset_name: str, blocks: list[str], out: Path, env: dict[str
     engines = []
     for b in blocks:
         emit(b, out / b / "rtl", params)
+        write_roms(out / b / "rtl" / ROM_SUBDIR)        # the LUT ROMs a block's msh_rom instances read
         synthesize(out / b / "rtl", out / b / "synth", jobs=1)
         engines.append(measure_block(out / b / "synth", b, out / b, env))
     rec = summarise(engines, rate, preset_name)

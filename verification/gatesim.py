@@ -43,6 +43,7 @@ NETLIST_WAIVERS = ("-Wno-PINCONNECTEMPTY", "-Wno-PINMISSING", "-Wno-UNUSEDSIGNAL
 QUICK_BUILD = ("-CFLAGS", "-O0")
 _INSTANCE = re.compile(r"^\s*(\\?[A-Za-z_][\w$]*)\s+(?:#\s*\(|\\?[\w$.\[\]]+\s*\()", re.M)
 _MODULE = re.compile(r"^\s*module\s+\\?([\w$]+)", re.M)
+_INIT_FILE = re.compile(r'\.INIT_FILE\("([^"]*)"\)')
 
 
 class GateSimError(RuntimeError):
@@ -55,6 +56,7 @@ class Netlist:
     verilog: Path
     rtl_dir: Path                   # the RTL folder synthesis read (config.json, ROM files)
     cell_types: dict[str, int]      # instantiated module -> count (cells and macros)
+    init_files: tuple[str, ...] = ()    # msh_rom INIT_FILE paths, relative to the run folder
 
 
 def read_synth(synth_dir: Path) -> Netlist:
@@ -79,7 +81,17 @@ def read_synth(synth_dir: Path) -> Netlist:
         name = m[1].lstrip("\\")
         if name not in ("module", "input", "output", "wire", "inout", "reg", "assign") and name not in defined:
             types[name] = types.get(name, 0) + 1
-    return Netlist(r["top"], verilog, rtl_dir, types)
+    return Netlist(r["top"], verilog, rtl_dir, types, tuple(sorted(set(_INIT_FILE.findall(text)))))
+
+
+def check_rom_files(netlist: Netlist, run_dir: Path) -> None:
+    """Every ROM's INIT_FILE must resolve from the run folder (``rtl/`` links to the RTL folder): a missing
+    file would read as X or 0 in Verilator, failing the testbench far from the cause."""
+    missing = [f for f in netlist.init_files if not (run_dir / f).is_file()]
+    if missing:
+        raise GateSimError(f"{len(missing)} ROM file(s) of {netlist.verilog} not found from {run_dir} (first: "
+                           f"{missing[0]}): write the LUT ROMs into the RTL folder, e.g. python -c \"from nano_k3 "
+                           f"import luts; luts.write_roms('{netlist.rtl_dir / 'roms'}')\"")
 
 
 def sources(netlist: Netlist, models: CellModels) -> list[Path]:
@@ -125,6 +137,7 @@ def gatesim(synth_dir: Path, block: str, out: Path | None = None, cell_models: P
         raise GateSimError(str(e)) from None
     srcs = sources(netlist, models)
     link_rtl(netlist.rtl_dir, out)
+    check_rom_files(netlist, out)
     extra_env = {CONFIG_ENV: str((netlist.rtl_dir / "config.json").resolve()), **(env or {})}
     t0 = time.monotonic()
     args = [*NETLIST_WAIVERS, *(QUICK_BUILD if quick_build else ()), *build_args]
