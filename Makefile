@@ -83,14 +83,18 @@ gatesim: synth
 
 # Power from measured switching activity (flow/power.py): each engine of POWER_BLOCKS emitted at POWER_PRESET,
 # synthesised, its netlist run under its own testbench with toggle counts, priced by OpenSTA at the typical corner.
-# Energy per token divides by the token rate of POWER_RATE (a make sim summary or make bench JSON of the same
-# preset), when that file exists.
+# Energy per token divides by the token rate of the same preset's chip, simulated (RTL) once into POWER_CHIP.
 POWER_PRESET ?= tiny
-POWER_BLOCKS ?= dequant_mac moe_router lut_unit
-POWER_RATE   ?= $(BUILD)/sim/summary.json
-power: pdk
+POWER_BLOCKS ?= dequant_mac moe_router lut_unit mem_engine
+POWER_CHIP   := $(BUILD)/power-chip-$(POWER_PRESET)
+
+$(POWER_CHIP)/sim/summary.json: $(STAMP)
+	$(PY) -m rtl_gen --block chip --preset $(POWER_PRESET) --out $(POWER_CHIP)/rtl
+	$(PY) -m verification.sim --rtl $(POWER_CHIP)/rtl --out $(POWER_CHIP)/sim
+
+power: pdk $(POWER_CHIP)/sim/summary.json
 	$(PY) -m flow.power --preset $(POWER_PRESET) --blocks $(POWER_BLOCKS) --out $(BUILD)/power \
-	  $(if $(wildcard $(POWER_RATE)),--bench $(POWER_RATE))
+	  --bench $(POWER_CHIP)/sim/summary.json
 
 blocks: $(STAMP)
 	$(PY) -m flow.blocks --out $(BUILD)/blocks

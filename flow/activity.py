@@ -33,7 +33,7 @@ class ActivityError(RuntimeError):
 class Activity:
     top: str
     cycles: int                                               # clock rising edges over the run
-    pins: dict[str, dict[str, int]] = field(default_factory=dict)   # instance -> pin -> transitions
+    pins: dict[str, dict[str, int]] = field(default_factory=dict)   # instance (a/b/c) -> pin -> transitions
     cell_type: dict[str, str] = field(default_factory=dict)         # instance -> cell (module) name
     ports: dict[str, int] = field(default_factory=dict)             # top port -> transitions (all bits)
 
@@ -48,7 +48,8 @@ class Activity:
 
 
 def demangle(name: str) -> str:
-    """A Verilator name as the netlist spells it: ``__0XX`` is the character of hex XX (``___05F`` -> ``__``)."""
+    """A Verilator name as the netlist spells it: ``__0XX`` is the character of hex XX (``___05F`` -> ``__``).
+    Hierarchy levels are split on ``.`` first (a ``.`` inside an escaped name is mangled, ``__02E``)."""
     return _MANGLED.sub(lambda m: chr(int(m[1], 16)), name)
 
 
@@ -82,7 +83,7 @@ def read_coverage(path: Path, top: str, clock: str = "clk") -> Activity:
                 if bit[1] == clock and bit[2] == "0->1":
                     act.cycles += n
             elif hier.startswith(prefix):
-                inst = demangle(hier[len(prefix):])
+                inst = "/".join(demangle(part) for part in hier[len(prefix):].split("."))    # OpenSTA's divider
                 if "*" in inst:
                     aggregated += 1
                     continue

@@ -21,6 +21,7 @@ or the throughput run of a ``verification.bench`` JSON or a ``make sim`` summary
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 import time
@@ -35,6 +36,7 @@ from pdk_config import PdkError, find_pdk
 
 REPO = Path(__file__).resolve().parent.parent
 SCHEMA = 1
+NETLIST_DIGEST = "netlist.sha256"   # beside a gate-level run: the netlist it simulated (for --reuse-sim)
 LINEARITY_TOLERANCE = 0.01          # relative: OpenSTA's totals at LINEARITY_PROBE vs P0 + a (P1 - P0)
 
 
@@ -80,18 +82,37 @@ def check_linearity(sta) -> dict:
     return {"probe_activity": LINEARITY_PROBE, "tolerance": LINEARITY_TOLERANCE, "held": True}
 
 
+def _digest(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def _earlier_run(out: Path, netlist: Path) -> dict | None:
+    """The gate-level run already in ``out`` (gatesim.json, coverage) if it passed on this very netlist."""
+    summary, cov, digest = (out / "sim" / n for n in ("gatesim.json", COVERAGE_FILE, NETLIST_DIGEST))
+    if not (summary.is_file() and cov.is_file() and digest.is_file()):
+        return None
+    sim = json.loads(summary.read_text())
+    return sim if sim.get("passed") and digest.read_text().strip() == _digest(netlist) else None
+
+
 def measure_block(synth_dir: Path, block: str, out: Path, env: dict[str, str] | None = None,
-                  cell_models: Path = CELL_MODELS_OUT, quick_build: bool = True) -> dict:
-    """Gate-level run with toggle counts, OpenSTA power, combined: the block's power record (also <out>/power.json)."""
+                  cell_models: Path = CELL_MODELS_OUT, quick_build: bool = True, reuse_sim: bool = False) -> dict:
+    """Gate-level run with toggle counts, OpenSTA power, combined: the block's power record (also <out>/power.json).
+    ``reuse_sim``: price the passed gate-level run already in ``out`` again if it ran this netlist (same digest)."""
     from verification.gatesim import GateSimError, gatesim
     from verification.runner import SimFailure
     out = Path(out).resolve()
     synth = json.loads((Path(synth_dir) / "synth.json").read_text())
     top, period = synth["top"], design_period_ns(None, synth, PowerError)
     t0 = time.monotonic()
+    sim_netlist = Path(synth_dir) / synth["files"]["netlist"]
+    sim = _earlier_run(out, sim_netlist) if reuse_sim else None
     try:
-        _, sim = gatesim(Path(synth_dir), block, out / "sim", cell_models, env=env, quick_build=quick_build,
-                         build_args=TOGGLE_BUILD, test_args=TOGGLE_RUN)
+        if sim is None:
+            (out / "sim" / NETLIST_DIGEST).unlink(missing_ok=True)
+            _, sim = gatesim(Path(synth_dir), block, out / "sim", cell_models, env=env, quick_build=quick_build,
+                             build_args=TOGGLE_BUILD, test_args=TOGGLE_RUN)
+            (out / "sim" / NETLIST_DIGEST).write_text(_digest(sim_netlist) + "\n")
         activity = read_coverage(out / "sim" / COVERAGE_FILE, top)
         models = ensure_models(Path(cell_models))
         liberty = find_pdk().plain_liberty("typical", REPO / "build" / "pdk_cache")
@@ -113,6 +134,7 @@ def measure_block(synth_dir: Path, block: str, out: Path, env: dict[str, str] | 
               "default_activity": {**{f"{c}_mW": _mw(sta.default[c]) for c in COLUMNS},
                                    "total_mW": _mw(sta.default["total"])},
               "activity": stats, "linearity": linear, "gatesim_passed": sim["passed"], "tests": sim["tests"],
+              "gatesim": {k: sim[k] for k in ("build_s", "run_s", "log")},
               "sim_s": round(t_sim, 1), "sta_s": round(time.monotonic() - t0 - t_sim, 1),
               "files": {"coverage": str(out / "sim" / COVERAGE_FILE), "sta_tcl": str(out / "sta" / "power.tcl")}}
     (out / "power.json").write_text(json.dumps(record, indent=1) + "\n")
@@ -188,7 +210,7 @@ def draw_power(rec: dict, path: Path) -> dict:
 
 
 def measure_preset(preset_name: str, blocks: list[str], out: Path, env: dict[str, str],
-                   rate: dict | None) -> dict:
+                   rate: dict | None, reuse_sim: bool = False) -> dict:
     """Emit, synthesise and measure each block of the preset; out/power.json holds the summary."""
     from flow.synth import synthesize
     from hw.params import preset
@@ -206,7 +228,7 @@ def measure_preset(preset_name: str, blocks: list[str], out: Path, env: dict[str
         emit(b, out / b / "rtl", params)
         write_roms(out / b / "rtl" / ROM_SUBDIR)        # the LUT ROMs a block's msh_rom instances read
         synthesize(out / b / "rtl", out / b / "synth", jobs=1)
-        engines.append(measure_block(out / b / "synth", b, out / b, env))
+        engines.append(measure_block(out / b / "synth", b, out / b, env, reuse_sim=reuse_sim))
     rec = summarise(engines, rate, preset_name)
     draw_power(rec, out / "power_by_engine.png")
     rec["figure"] = str(out / "power_by_engine.png")
@@ -224,6 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tokens-per-s", type=float, help="token rate for energy per token")
     ap.add_argument("--bench", type=Path, help="take the token rate from this verification.bench JSON "
                     "(build/bench/bench.json) or make sim summary (<sim out>/summary.json)")
+    ap.add_argument("--reuse-sim", action="store_true", help="price a block's passed gate-level run again "
+                    "if it ran the same netlist (no new simulation)")
     ap.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="testbench environment")
     args = ap.parse_args(argv)
     bad = [e for e in args.env if "=" not in e]
@@ -233,11 +257,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         rate = token_rate(args.tokens_per_s, args.bench, None if args.synth else args.preset)
         if args.synth:
-            rec = summarise([measure_block(args.synth, args.block, args.out / args.block, env)], rate, None)
+            rec = summarise([measure_block(args.synth, args.block, args.out / args.block, env,
+                                           reuse_sim=args.reuse_sim)], rate, None)
             args.out.mkdir(parents=True, exist_ok=True)
             (args.out / "power.json").write_text(json.dumps(rec, indent=1) + "\n")
         else:
-            rec = measure_preset(args.preset, args.blocks, args.out, env, rate)
+            rec = measure_preset(args.preset, args.blocks, args.out, env, rate, args.reuse_sim)
     except PowerError as e:
         print(f"flow.power: error: {e}", file=sys.stderr)
         return 1

@@ -40,7 +40,7 @@ class PowerStaError(RuntimeError):
 class StaPower:
     default: dict[str, float]                       # design totals at OpenSTA's default activity (W)
     probe: dict[str, float]                         # design totals at global LINEARITY_PROBE (W)
-    at0: dict[str, tuple[float, float, float]]      # instance -> (internal, switching, leakage) W at global 0
+    at0: dict[str, tuple[float, float, float]]      # leaf instance (a/b/c) -> (internal, switching, leakage) W at 0
     at1: dict[str, tuple[float, float, float]]      # ... at global activity 1
 
 
@@ -55,13 +55,17 @@ read_verilog {{{netlist}}}
 link_design {{{top}}}
 {constraints_tcl("clk", period_ns)}
 set_wire_load_model -name {WIRE_LOAD}
+# the leaf cells at every level of the hierarchy (a partitioned synthesis keeps its parts as modules)
+set leaves {{}}
+foreach c [get_cells -hierarchical *] {{ if {{[$c liberty_cell] != "NULL"}} {{ lappend leaves $c }} }}
+puts "@@LEAVES [llength $leaves]"
 report_power -digits 6 > {{{out / 'default.rpt'}}}
 set_power_activity -global -activity {LINEARITY_PROBE}
 report_power -digits 6 > {{{out / 'probe.rpt'}}}
 set_power_activity -global -activity 0.0
-report_power -instances [get_cells *] -digits 8 > {{{out / 'at0.rpt'}}}
+report_power -instances $leaves -digits 8 > {{{out / 'at0.rpt'}}}
 set_power_activity -global -activity 1.0
-report_power -instances [get_cells *] -digits 8 > {{{out / 'at1.rpt'}}}
+report_power -instances $leaves -digits 8 > {{{out / 'at1.rpt'}}}
 puts "@@DONE"
 }} err]}} {{
   puts "@@ERROR $err"
@@ -104,5 +108,10 @@ def run(liberty: Path, netlist: Path, top: str, period_ns: float, out: Path,
         err = re.search(r"^@@ERROR (.*)$", proc.stdout, re.M)
         raise PowerStaError(f"OpenSTA power run failed ({err[1] if err else f'exit {proc.returncode}'}); "
                             f"see {log}, rerun with: sta -no_init -exit {tcl}")
-    return StaPower(_totals(out / "default.rpt"), _totals(out / "probe.rpt"),
-                    _instances(out / "at0.rpt"), _instances(out / "at1.rpt"))
+    power = StaPower(_totals(out / "default.rpt"), _totals(out / "probe.rpt"),
+                     _instances(out / "at0.rpt"), _instances(out / "at1.rpt"))
+    leaves = int(re.search(r"^@@LEAVES (\d+)", proc.stdout, re.M)[1])
+    if len(power.at0) != leaves or len(power.at1) != leaves:
+        raise PowerStaError(f"{out}: {leaves} leaf cells but {len(power.at0)} / {len(power.at1)} rows in at0.rpt / "
+                            f"at1.rpt: an instance name this parser does not read; see {log}")
+    return power

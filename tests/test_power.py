@@ -70,6 +70,9 @@ def test_coverage_reader(tmp_path):
     act = read_coverage(cov, "top")
     assert act.cycles == 10 and act.pins == {"u.a__1": {"ZN": 5}} and act.cell_type["u.a__1"] == "NAND2_X1"
     assert act.rate("u.a__1", ["ZN"]) == 0.5 and demangle("x___05Fy") == "x__y"
+    sub = tmp_path / "sub.dat"      # a cell inside a submodule instance: OpenSTA's a/b naming
+    sub.write_text(_point("top", "clk:0->1", 4) + _point("top.part._7_", "Z:0->1", 2))
+    assert read_coverage(sub, "top").pins == {"part/_7_": {"Z": 2}}
     with pytest.raises(ActivityError, match="no rising edge of clock port 'clk'"):
         read_coverage(cov, "other")
     summed = tmp_path / "summed.dat"
