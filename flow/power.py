@@ -266,6 +266,8 @@ def main(argv: list[str] | None = None) -> int:
     except PowerError as e:
         print(f"flow.power: error: {e}", file=sys.stderr)
         return 1
+    rec["command"] = "python -m flow.power " + " ".join(sys.argv[1:] if argv is None else argv)
+    (args.out / "power.json").write_text(json.dumps(rec, indent=1) + "\n")
     for e in rec["engines"]:
         print(f"{e['block']}: {e['total_mW']:.3f} mW measured (internal {e['internal_mW']:.3f}, switching "
               f"{e['switching_mW']:.3f}, leakage {e['leakage_mW']:.3f}) over {e['cycles']} cycles; OpenSTA default "
