@@ -205,7 +205,7 @@ def draw_power(rec: dict, path: Path) -> dict:
     ax.set_xlabel("power (mW), typical corner, measured activity")
     ax.set_ylabel("engine (its own netlist)")
     ax.set_title(f"power by engine ({rec.get('preset') or 'one block'}): {rec['total_mW']:.3f} mW")
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)     # outside: bars reach the right edge
     return save(fig, ax, Path(path))
 
 
