@@ -22,7 +22,7 @@ REPORT_CMD  = $(PY) -m flow.report --build $(BUILD) --out $(BUILD)/report
 
 # Steps that need the PDK check it first, so a bad NANGATE45_PDK stops them before any work.
 .PHONY: setup pdk doctor rtl lint sim generate synth sta report readme demo test blocks place signoff pnr bench gatesim \
-        dse dse-validate clean
+        power dse dse-validate clean
 
 setup: $(STAMP)
 
@@ -81,6 +81,21 @@ demo: pdk
 # under the block's own cocotb testbench (verification/gatesim.py).
 gatesim: synth
 	$(PY) -m verification.gatesim --synth $(BUILD)/synth --block $(BLOCK) --out $(BUILD)/gatesim
+
+# Power from measured switching activity (flow/power.py): each engine of POWER_BLOCKS emitted at POWER_PRESET,
+# synthesised, its netlist run under its own testbench with toggle counts, priced by OpenSTA at the typical corner.
+# Energy per token divides by the token rate of the same preset's chip, simulated (RTL) once into POWER_CHIP.
+POWER_PRESET ?= tiny
+POWER_BLOCKS ?= dequant_mac moe_router lut_unit mem_engine
+POWER_CHIP   := $(BUILD)/power-chip-$(POWER_PRESET)
+
+$(POWER_CHIP)/sim/summary.json: $(STAMP)
+	$(PY) -m rtl_gen --block chip --preset $(POWER_PRESET) --out $(POWER_CHIP)/rtl
+	$(PY) -m verification.sim --rtl $(POWER_CHIP)/rtl --out $(POWER_CHIP)/sim
+
+power: pdk $(POWER_CHIP)/sim/summary.json
+	$(PY) -m flow.power --preset $(POWER_PRESET) --blocks $(POWER_BLOCKS) --out $(BUILD)/power \
+	  --bench $(POWER_CHIP)/sim/summary.json
 
 blocks: $(STAMP)
 	$(PY) -m flow.blocks --out $(BUILD)/blocks

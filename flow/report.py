@@ -27,6 +27,7 @@ from flow.report_dse import md_dse
 from flow.report_figures import CHIP_SIM_COMMAND, atomic, fig_area, fig_bits, fig_slack, fig_tokens
 from flow.report_layout import fig_layout, fig_placement
 from flow.report_signoff import SIGNOFF_COMMAND, fig_floorplan, fig_routing_demand, md_signoff
+from flow.report_power import fig_power_by_engine, md_power
 from flow.report_summary import (ARGMAX_GATE, COSINE_GATE, K3_TOKENS_PER_S, PORT_LIMIT_TOKENS_PER_S,
                                  READ_ROOFLINE_TOKENS_PER_S, brief, fmt, passed, placed_text,
                                  placement, summary)
@@ -49,6 +50,7 @@ STAGES = {
                   ("top", "period_ns", "corners")),
     "signoff": ("signoff/signoff.json", SIGNOFF_COMMAND, ("top", "corners", "signed_off", "std_cell_area_um2")),
     "generate": ("generate/generate.json", "make generate", ("texts", "perplexity")),
+    "power": ("power/power.json", "make power", ("total_mW", "engines", "scope")),
 }
 FLOW_MINUTES_GOAL = 30       # synthesis through sign-off of the chip on 2 cores (issue 17 point 6)
 
@@ -85,6 +87,7 @@ FIGURES = {
     "layout.png": ("placement", fig_layout),
     "floorplan.png": ("floorplan", fig_floorplan),
     "routing_demand.png": ("signoff", fig_routing_demand),
+    "power_by_engine.png": ("power", fig_power_by_engine),
 }
 
 
@@ -384,6 +387,7 @@ def markdown(stages: dict, figs: list[dict]) -> str:
     md += _embed(figs, "speed")
     md += _md_size(stages, figs) + _md_timing(stages, figs) + _md_place(stages, figs)
     md += md_signoff(stages, lambda section: _embed(figs, section)) + _md_runtime(stages)
+    md += md_power(stages, lambda section: _embed(figs, section))
     md += _md_blocks(stages) + _md_orfs(stages) + _md_generate(stages)
     return "\n".join(md) + "\n"
 

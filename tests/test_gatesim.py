@@ -62,3 +62,15 @@ def test_cell_without_model_is_refused(synth_dm, tmp_path):
                                                netlist[first.end():])
     with pytest.raises(GateSimError, match=r"TBUF_X1 \(1x\): TBUF_X1: three_state"):
         gatesim(synth, "dequant_mac", tmp_path / "sim", synth_dm / "cells")
+
+
+def test_missing_rom_file_is_named(tmp_path):
+    """A ROM whose INIT_FILE does not resolve from the run folder stops the run before Verilator, naming it."""
+    from pathlib import Path
+    from verification.gatesim import Netlist, check_rom_files
+    (tmp_path / "rtl" / "roms").mkdir(parents=True)
+    (tmp_path / "rtl" / "roms" / "a.hex").write_text("0\n")
+    netlist = Netlist("top", Path("top.v"), tmp_path / "rtl", {"msh_rom": 2}, ("rtl/roms/a.hex", "rtl/roms/b.hex"))
+    with pytest.raises(GateSimError, match=r"1 ROM file\(s\) of top.v not found .*first: rtl/roms/b.hex.*write_roms"):
+        check_rom_files(netlist, tmp_path)
+    check_rom_files(Netlist("top", Path("top.v"), tmp_path / "rtl", {}, ("rtl/roms/a.hex",)), tmp_path)

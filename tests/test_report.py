@@ -117,7 +117,7 @@ def _check_figures(report, out, md):
         assert f"![{fig['caption']}]({fig['file']})" in md and f"*{fig['caption']}. Data from" in md, fig["file"]
         assert "\n" not in fig["caption"] and fig["title"] and fig["legend"], fig
         assert fig["x_label"] and fig["y_label"], fig
-        assert re.search(r"\((mm²|µm|ns|tokens/s|bits[^)]*)\)", fig["x_label"] + fig["y_label"]), fig
+        assert re.search(r"\((mm²|µm|ns|mW|tokens/s|bits[^)]*)\)", fig["x_label"] + fig["y_label"]), fig
         assert fig["commands"] and all(f"`{c}`" in md for c in fig["commands"]), fig
     referenced = set(re.findall(r"\]\(([^)]+\.png)\)", md))
     assert referenced == {f["file"] for f in report["figures"] if "skipped" not in f}
@@ -360,12 +360,26 @@ def _signoff(wns_slow: float, std_area: float) -> dict:
             "runtime_s": 60.0, "files": {"rudy_png": "rudy.png"}}
 
 
+def _engine_power(block: str, internal: float, switching: float, leakage: float) -> dict:
+    cols = {"internal_mW": internal, "switching_mW": switching, "leakage_mW": leakage}
+    return {"block": block, "cells": 1000, "cycles": 500, **cols, "total_mW": internal + switching + leakage,
+            "default_activity": {**cols, "internal_mW": internal / 3, "total_mW": internal / 3 + switching + leakage},
+            "macros_not_included": {}, "activity": {"mean": 0.2}}
+
+
+def _power() -> dict:
+    from flow.power import summarise
+    return summarise([_engine_power("dequant_mac", 2.0, 0.5, 0.25), _engine_power("lut_unit", 1.0, 0.25, 0.5)],
+                     {"tokens_per_s": 40_000.0, "source": "build/sim/summary.json run tiny-g128-s12-long"}, "tiny")
+
+
 def _chip_build(tmp_path, signoff: dict | None = None):
     build = _build(tmp_path, {"sim/summary.json": CHIP_SIM, "synth/synth.json": CHIP_SYNTH,
                               "sta/sta.json": {**STA, "top": "msh_chip_top"}, "place/place.json": CHIP_PLACE,
                               "place/sta/sta.json": CHIP_PLACE_STA, "place/msh_chip_top.def": CHIP_DEF,
                               "place/msh_chip_top.gds": _gds("msh_chip_top", CHIP_DIE),
-                              "place/floorplan.json": CHIP_FLOORPLAN, "signoff/signoff.json": signoff or _signoff(0.2, 600.0)})
+                              "place/floorplan.json": CHIP_FLOORPLAN, "signoff/signoff.json": signoff or _signoff(0.2, 600.0),
+                              "power/power.json": _power()})
     import numpy as np
     from flow.rudy import LAYERS, Rudy, draw
     demand = np.array([[10.0, 30.0], [5.0, 0.0]])
@@ -393,6 +407,11 @@ def test_chip_report_draws_every_figure_titled_and_captioned(tmp_path):
                                "macro (fakeram45), in its engine's colour", "I/O pins"]
     assert place["title"].startswith("msh_chip_top: placement, 9 cells coloured by engine, 2 macros, die 80 × 70 µm")
     assert place["legend"] and figs["layout.png"]["title"].startswith("msh_chip_top: layout of the placed cells")
+    power = figs["power_by_engine.png"]
+    assert sorted(power["legend"]) == ["OpenSTA default activity", "internal", "leakage", "switching"]
+    assert power["title"] == "power by engine (tiny): 4.500 mW" and power["commands"] == ["make power"]
+    assert "| 40,000 | 0.1125 uJ | 8,888,889 | `build/sim/summary.json run tiny-g128-s12-long` |" in md
+    assert "| dequant_mac | 1,000 | 500 | 2.000 | 0.500 | 0.250 | 2.750 | 1.417 |" in md
     tokens = figs["tokens_per_s.png"]
     assert tokens["commands"] == [CHIP_SIM["command"], report["stages"]["signoff"]["command"]]
     assert "ours, same cycles/token at the slowest corner's clock after sign-off's repair" in tokens["legend"]
@@ -510,7 +529,8 @@ def test_unreadable_input_is_reported(tmp_path, text, error):
 
 
 def test_figure_table_names_are_unique_pngs():
-    assert all(name.endswith(".png") and section in {"speed", "size", "timing", "placement", "floorplan", "signoff"}
+    assert all(name.endswith(".png") and section in {"speed", "size", "timing", "placement", "floorplan", "signoff",
+                                                             "power"}
                for name, (section, _) in FIGURES.items())
 
 

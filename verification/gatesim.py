@@ -43,6 +43,7 @@ NETLIST_WAIVERS = ("-Wno-PINCONNECTEMPTY", "-Wno-PINMISSING", "-Wno-UNUSEDSIGNAL
 QUICK_BUILD = ("-CFLAGS", "-O0")
 _INSTANCE = re.compile(r"^\s*(\\?[A-Za-z_][\w$]*)\s+(?:#\s*\(|\\?[\w$.\[\]]+\s*\()", re.M)
 _MODULE = re.compile(r"^\s*module\s+\\?([\w$]+)", re.M)
+_INIT_FILE = re.compile(r'\.INIT_FILE\("([^"]*)"\)')
 
 
 class GateSimError(RuntimeError):
@@ -55,6 +56,7 @@ class Netlist:
     verilog: Path
     rtl_dir: Path                   # the RTL folder synthesis read (config.json, ROM files)
     cell_types: dict[str, int]      # instantiated module -> count (cells and macros)
+    init_files: tuple[str, ...] = ()    # msh_rom INIT_FILE paths, relative to the run folder
 
 
 def read_synth(synth_dir: Path) -> Netlist:
@@ -79,7 +81,17 @@ def read_synth(synth_dir: Path) -> Netlist:
         name = m[1].lstrip("\\")
         if name not in ("module", "input", "output", "wire", "inout", "reg", "assign") and name not in defined:
             types[name] = types.get(name, 0) + 1
-    return Netlist(r["top"], verilog, rtl_dir, types)
+    return Netlist(r["top"], verilog, rtl_dir, types, tuple(sorted(set(_INIT_FILE.findall(text)))))
+
+
+def check_rom_files(netlist: Netlist, run_dir: Path) -> None:
+    """Every ROM's INIT_FILE must resolve from the run folder (``rtl/`` links to the RTL folder): a missing
+    file would read as X or 0 in Verilator, failing the testbench far from the cause."""
+    missing = [f for f in netlist.init_files if not (run_dir / f).is_file()]
+    if missing:
+        raise GateSimError(f"{len(missing)} ROM file(s) of {netlist.verilog} not found from {run_dir} (first: "
+                           f"{missing[0]}): write the LUT ROMs into the RTL folder, e.g. python -c \"from nano_k3 "
+                           f"import luts; luts.write_roms('{netlist.rtl_dir / 'roms'}')\"")
 
 
 def sources(netlist: Netlist, models: CellModels) -> list[Path]:
@@ -106,14 +118,17 @@ def test_module(block: str) -> str:
 
 def gatesim(synth_dir: Path, block: str, out: Path | None = None, cell_models: Path = CELL_MODELS_OUT,
             testcase: str | None = None, env: dict[str, str] | None = None,
-            liberty: Path | None = None, quick_build: bool = False) -> tuple[SimResult, dict]:
+            liberty: Path | None = None, quick_build: bool = False,
+            build_args: tuple[str, ...] = (), test_args: tuple[str, ...] = ()) -> tuple[SimResult, dict]:
     """Build the netlist with its models under Verilator in ``out`` and run the block's cocotb tests there.
 
     ``liberty``: generate the cell models from this file instead of the PDK's typical corner;
-    ``quick_build``: compile without optimisation (``QUICK_BUILD``), for short runs.
+    ``quick_build``: compile without optimisation (``QUICK_BUILD``), for short runs;
+    ``build_args``: more Verilator options, ``test_args``: options of the simulation binary (flow.power's
+    toggle coverage: ``--coverage-toggle`` and ``--coverage-per-instance``).
     Returns the cocotb result (failing tests raise SimFailure) and a summary: build time (Verilator and the
     C++ compile, everything but the tests) and run time (the tests' own, from cocotb's results.xml)."""
-    out = Path(out) if out is not None else GATESIM_ROOT / block
+    out = (Path(out) if out is not None else GATESIM_ROOT / block).resolve()   # cocotb runs in it: no relative paths
     module = test_module(block)
     netlist = read_synth(Path(synth_dir))
     try:
@@ -122,11 +137,12 @@ def gatesim(synth_dir: Path, block: str, out: Path | None = None, cell_models: P
         raise GateSimError(str(e)) from None
     srcs = sources(netlist, models)
     link_rtl(netlist.rtl_dir, out)
+    check_rom_files(netlist, out)
     extra_env = {CONFIG_ENV: str((netlist.rtl_dir / "config.json").resolve()), **(env or {})}
     t0 = time.monotonic()
-    build_args = [*NETLIST_WAIVERS, *(QUICK_BUILD if quick_build else ())]
-    result = run_cocotb(f"gatesim-{block}", srcs, netlist.top, module, build_args=build_args,
-                        extra_env=extra_env, build_dir=out, testcase=testcase)
+    args = [*NETLIST_WAIVERS, *(QUICK_BUILD if quick_build else ()), *build_args]
+    result = run_cocotb(f"gatesim-{block}", srcs, netlist.top, module, build_args=args,
+                        extra_env=extra_env, build_dir=out, testcase=testcase, test_args=list(test_args))
     total = time.monotonic() - t0
     run_s = sum(float(t.get("time", 0)) for t in ET.parse(result.results_xml).getroot().iter("testcase"))
     summary = {"block": block, "top": netlist.top, "netlist": str(netlist.verilog),

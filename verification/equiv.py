@@ -1,0 +1,148 @@
+"""Formal equivalence of a block's RTL and its synthesised Nangate45 netlist, with Yosys's equiv passes.
+
+    python -m verification.equiv --synth build/synth-dm [--synth ...] [--timeout 600] [--out build/equiv]
+
+Gold is the RTL flow.synth read (its filelist); gate is the netlist with every cell replaced by its model from
+the liberty (flow.cell_models), both flattened. ``msh_sram`` / ``msh_rom`` stay black boxes in both (flow.synth's ``macro_stubs.v``) (their
+behaviour is the simulation's and the macros' business), so their outputs are free inputs and their
+instances are matched by name. ``equiv_make`` pairs the signals both designs name alike (the ports, and the
+registers, whose RTL names synthesis keeps on their Q nets); ``equiv_simple -seq`` proves pairs by SAT over a
+few cycles of their input cones; ``equiv_induct`` proves the rest by induction over the pairs together; a
+block is **proven** when no equivalence cell is left unproven. A block whose proof does not finish in
+``--timeout`` seconds (wide multipliers are hard for SAT) or leaves pairs unproven is reported as such: it is
+then only simulated (verification.gatesim).
+
+Each proof runs Yosys (pyosys) in its own process, with its address space capped (``MEMORY_LIMIT``) so a hard
+proof cannot starve the machine; the results go to ``<out>/equiv.json`` and one log per block.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from flow.cell_models import DEFAULT_OUT as CELL_MODELS_OUT
+from flow.cell_models import ensure_models
+
+REPO = Path(__file__).resolve().parent.parent
+MEMORY_LIMIT = 3 << 30          # bytes of address space per Yosys proof
+SEQ = 2                         # cycles equiv_simple looks back
+_STATUS = re.compile(r"Found (\d+) \$equiv cells in \S+:\s*\n\s*Of those cells (\d+) are proven and (\d+) are "
+                     r"unproven", re.M)
+
+
+class EquivError(RuntimeError):
+    """The check cannot start (missing synthesis or RTL); the message says what to run."""
+
+
+def yosys_script(rtl_files: list[Path], netlist: Path, cells: Path, top: str, macros: Path) -> list[str]:
+    rtl = " ".join(map(str, rtl_files))
+    return [
+        f"read_verilog -lib {macros}", f"read_verilog -sv {rtl}", f"hierarchy -top {top}", "proc", "flatten",
+        "opt_clean", "rename -top gold", "design -stash gold",
+        f"read_verilog -lib {macros}", f"read_verilog -sv {cells}", f"read_verilog {netlist}",
+        f"hierarchy -top {top}", "proc", "flatten", "opt_clean", "rename -top gate", "design -stash gate",
+        "design -copy-from gold -as gold gold", "design -copy-from gate -as gate gate",
+        "equiv_make gold gate equiv", "hierarchy -top equiv", "async2sync", f"equiv_simple -seq {SEQ}",
+        "equiv_induct", "equiv_status",
+    ]
+
+
+def _worker(script_json: str) -> None:
+    """Runs in the child: every pass of the script on one design, printing Yosys's log."""
+    from pyosys import libyosys as ys
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+    design = ys.Design()
+    for cmd in json.loads(script_json):
+        print(f"@@PASS {cmd}", flush=True)
+        ys.run_pass(cmd, design)
+    print("@@DONE", flush=True)
+
+
+def rtl_of(synth_dir: Path) -> tuple[str, list[Path], Path, Path]:
+    synth_json = Path(synth_dir) / "synth.json"
+    if not synth_json.is_file():
+        raise EquivError(f"{synth_json} not found: synthesise first (python -m flow.synth --rtl <rtl> --out {synth_dir})")
+    r = json.loads(synth_json.read_text())
+    rtl_dir = Path(r["rtl"]["dir"])
+    rtl_dir = rtl_dir if rtl_dir.is_absolute() else REPO / rtl_dir
+    filelist = rtl_dir / "filelist.f"
+    if not filelist.is_file():
+        raise EquivError(f"{filelist}, the RTL the netlist came from, is gone: emit it again (python -m rtl_gen)")
+    files = [rtl_dir.parent / line.strip() if not Path(line.strip()).is_absolute() else Path(line.strip())
+             for line in filelist.read_text().splitlines() if line.strip() and not line.startswith("#")]
+    return r["top"], files, Path(synth_dir) / r["files"]["netlist"], Path(synth_dir) / "macro_stubs.v"
+
+
+def check(synth_dir: Path, out: Path, timeout_s: float, cell_models: Path = CELL_MODELS_OUT) -> dict:
+    """Prove one block (module docstring); returns its record: proven, equiv cells proven / unproven, time."""
+    top, files, netlist, stubs = rtl_of(synth_dir)
+    missing = [f for f in files if not f.is_file()]
+    if missing:
+        raise EquivError(f"RTL files of {top} not found: {missing}; emit the RTL again (python -m rtl_gen)")
+    cells = ensure_models(Path(cell_models)).verilog
+    out.mkdir(parents=True, exist_ok=True)
+    log = out / f"{top}.log"
+    script = yosys_script(files, netlist, cells, top, stubs)
+    t0 = time.monotonic()
+    rec = {"block": top, "netlist": str(netlist), "log": str(log), "script": script}
+    try:
+        proc = subprocess.run([sys.executable, "-c", f"from verification.equiv import _worker; _worker({json.dumps(json.dumps(script))})"],
+                              capture_output=True, text=True, timeout=timeout_s, cwd=REPO)
+        text = proc.stdout + proc.stderr
+    except subprocess.TimeoutExpired as e:
+        text = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        log.write_text(text)
+        last = re.findall(r"^@@PASS (.*)$", text, re.M)
+        return {**rec, "status": "timeout", "proven": False, "seconds": round(time.monotonic() - t0, 1),
+                "stopped_in": last[-1] if last else None}
+    log.write_text(text)
+    m = _STATUS.search(text)
+    full = re.search(r"Found (\d+) \$equiv cells .*\n.*Equivalence successfully proven!", text)
+    rec["seconds"] = round(time.monotonic() - t0, 1)
+    if "@@DONE" not in text or not (m or full):
+        err = re.findall(r"^ERROR: (.*)$", text, re.M)
+        return {**rec, "status": "error", "proven": False, "error": err[-1] if err else f"exit {proc.returncode}"}
+    if m:
+        total, proven, unproven = map(int, m.groups())
+    else:
+        total = proven = int(full.group(1))
+        unproven = 0
+    return {**rec, "status": "proven" if unproven == 0 else "unproven", "proven": unproven == 0,
+            "equiv_cells": total, "equiv_proven": proven, "equiv_unproven": unproven}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m verification.equiv", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--synth", type=Path, action="append", required=True, help="flow.synth folder (repeatable)")
+    ap.add_argument("--out", type=Path, default=REPO / "build" / "equiv")
+    ap.add_argument("--timeout", type=float, default=600.0, help="seconds per block before it counts as not proven")
+    args = ap.parse_args(argv)
+    if args.timeout <= 0:
+        ap.error(f"--timeout must be positive seconds, got {args.timeout}")
+    records = []
+    for synth in args.synth:
+        try:
+            rec = check(synth, args.out, args.timeout)
+        except EquivError as e:
+            print(f"verification.equiv: error: {e}", file=sys.stderr)
+            return 1
+        records.append(rec)
+        detail = (f"{rec['equiv_proven']}/{rec['equiv_cells']} equivalences proven" if "equiv_cells" in rec
+                  else rec.get("error") or f"stopped in {rec.get('stopped_in')}")
+        print(f"{rec['block']}: {rec['status']} ({detail}; {rec['seconds']} s; log {rec['log']})", flush=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "equiv.json").write_text(json.dumps({"blocks": records}, indent=1) + "\n")
+    proven = [r["block"] for r in records if r["proven"]]
+    print(f"proven: {', '.join(proven) or 'none'}; only simulated: "
+          f"{', '.join(r['block'] for r in records if not r['proven']) or 'none'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
