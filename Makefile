@@ -86,7 +86,7 @@ gatesim: synth
 # synthesised, its netlist run under its own testbench with toggle counts, priced by OpenSTA at the typical corner.
 # Energy per token divides by the token rate of the same preset's chip, simulated (RTL) once into POWER_CHIP.
 POWER_PRESET ?= tiny
-POWER_BLOCKS ?= dequant_mac moe_router lut_unit mem_engine
+POWER_BLOCKS ?= dequant_mac moe_router lut_unit
 POWER_CHIP   := $(BUILD)/power-chip-$(POWER_PRESET)
 
 $(POWER_CHIP)/sim/summary.json: $(STAMP)
