@@ -36,6 +36,7 @@ from pathlib import Path
 from pyosys import libyosys as ys
 
 from flow.synth import MACRO_STUBS
+from rtl_gen.stable_names import renumber
 
 # Cells whose low Y bits depend only on the low bits of A and B (operands can be cut or extended to Y).
 _TRUNCATING = {"$add", "$sub", "$mul", "$and", "$or", "$xor", "$xnor"}
@@ -354,6 +355,7 @@ def clean(design) -> None:
         _run("opt_clean -purge", design)
     split_self_aliases(design)
     sink_dropped_bits(design)
+    renumber(design)                    # an engine's text depends on that engine only
 
 
 def _top_first(text: str, top: str) -> str:

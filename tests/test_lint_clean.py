@@ -15,10 +15,12 @@ from amaranth.back import rtlil
 from amaranth.hdl import Cat, Module, signed, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
+from pyosys import libyosys as ys
 
 from hw.params import preset
 from rtl_gen import lint_clean
 from rtl_gen.emit import block
+from rtl_gen.stable_names import renumber
 
 
 class _Piped(wiring.Component):
@@ -63,9 +65,16 @@ YOSYS_SCRIPT = "from pyosys import libyosys as ys; import sys; ys.run_pass('scri
 
 
 def _proves_equivalent(component, top: str, tmp: Path) -> None:
-    """Yosys proves Amaranth's RTLIL (gold) and the cleaned Verilog (gate) equivalent, both flattened."""
+    """Yosys proves Amaranth's RTLIL (gold) and the cleaned Verilog (gate) equivalent, both flattened. Gold gets
+    the clean-up's renumbering of generated names (rtl_gen.stable_names, names only; tests/test_stable_names.py
+    checks that instances follow), as ``equiv_make`` pairs the two designs' signals by name."""
     il = rtlil.convert(component, name=top, emit_src=False)
-    (tmp / "gold.il").write_text(il)
+    (tmp / "amaranth.il").write_text(il)
+    gold = ys.Design()
+    ys.run_pass(f"tee -q read_rtlil {tmp / 'amaranth.il'}", gold)
+    ys.run_pass("tee -q proc", gold)
+    renumber(gold)
+    ys.run_pass(f"tee -q write_rtlil {tmp / 'gold.il'}", gold)
     (tmp / "gate.v").write_text(lint_clean.to_verilog(il, top))
     (tmp / "stubs.v").write_text(lint_clean.MACRO_STUBS)
     script = tmp / "equiv.ys"
