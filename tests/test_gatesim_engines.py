@@ -21,9 +21,7 @@ from verification.gatesim import gatesim
 
 pytestmark = pytest.mark.skipif(os.environ.get("NANO_K3_GATESIM_ENGINES") != "1",
                                 reason="minutes per engine; NANO_K3_GATESIM_ENGINES=1 runs it")
-# mem_engine (31,387 cells) is not here: its testbench reads its sizes from MEM_ENGINE_CONFIG, not from
-# NANO_K3_RTL_CONFIG as verification.gatesim sets it, and fails every test at gate level for that reason
-ENGINES = ("dequant_mac", "moe_router", "lut_unit")
+ENGINES = ("dequant_mac", "moe_router", "lut_unit", "mem_engine")
 
 
 @pytest.mark.parametrize("engine", ENGINES)

@@ -37,7 +37,7 @@ class SimSpec:
 
 SIMS = {
     "dequant_mac": SimSpec("verification.test_dequant_mac", "NANO_K3_RTL_CONFIG"),
-    "mem_engine": SimSpec("verification.test_mem_engine", "MEM_ENGINE_CONFIG", "MEM_ENGINE_SEED"),
+    "mem_engine": SimSpec("verification.test_mem_engine", "NANO_K3_RTL_CONFIG"),
 }
 
 def _test_details(results_xml: Path) -> list[dict]:

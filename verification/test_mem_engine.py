@@ -1,7 +1,7 @@
 """cocotb + Verilator tests of hw.mem_engine against the SPEC §3 memory model, and their pytest runner.
 
 The testbench reads payload layouts and parameters from the ``config.json`` that ``rtl_gen.emit``
-wrote next to the Verilog (path in $MEM_ENGINE_CONFIG). Every stream has random idle cycles and the
+wrote next to the Verilog (path in $NANO_K3_RTL_CONFIG). Every stream has random idle cycles and the
 output random back-pressure, except in the throughput test. Seeds are fixed and printed.
 """
 from __future__ import annotations
@@ -69,7 +69,7 @@ class TB:
     """Clock, reset, memory model, the three stream agents and the scoreboard helpers."""
 
     def __init__(self, dut, s: Setup):
-        cfg = json.loads(Path(os.environ["MEM_ENGINE_CONFIG"]).read_text())
+        cfg = json.loads(Path(os.environ["NANO_K3_RTL_CONFIG"]).read_text())
         self.dut, self.cfg = dut, cfg
         self.params = cfg["derived"]
         self.streams = cfg["streams"]
@@ -154,7 +154,7 @@ def random_ranges(rng: random.Random, n: int) -> list[tuple[int, int]]:
 
 
 def _seed_for(name: str) -> int:
-    return int(os.environ.get("MEM_ENGINE_SEED", "1")) * 1000 + sum(map(ord, name))
+    return int(os.environ.get("NANO_K3_SEED", "1")) * 1000 + sum(map(ord, name))
 
 
 
@@ -267,7 +267,7 @@ def test_mem_engine_cocotb(mode):
     print(f"seed {m['seed']}, {mode}")
     result = run_cocotb(f"mem_engine-{mode}", read_filelist(rtl.filelist), rtl.top, "verification.test_mem_engine",
                         build_args=m["build_args"], plusargs=m["plusargs"],
-                        extra_env={"MEM_ENGINE_CONFIG": str(rtl.config), "MEM_ENGINE_SEED": str(m["seed"])},
+                        extra_env={"NANO_K3_RTL_CONFIG": str(rtl.config), "NANO_K3_SEED": str(m["seed"])},
                         seed=m["seed"])
     for line in result.log_text().splitlines():
         if "THROUGHPUT" in line or "memory stats" in line:
