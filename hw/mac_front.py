@@ -131,61 +131,65 @@ def read_sequencer(m: Module, ctx) -> None:
 
 
 def stage_d(m: Module, ctx) -> None:
-    """The activation window (the pairs a read's lanes need) and stage D's registers of the read's tags."""
+    """Each lane block's operand pair for the next read, chosen from the activation window, and stage D's
+    registers of the read's tags."""
     p, abits, r0, P, adv, pair_a, pair_b = ctx.p, ctx.abits, ctx.r0, ctx.P, ctx.adv, ctx.pair_a, ctx.pair_b
     r_ls, r_vb, r_wlog, r_sh, active, phase = ctx.r_ls, ctx.r_vb, ctx.r_wlog, ctx.r_sh, ctx.active, ctx.phase
     gfirst, g_last, szcol, bfirst, b_last, blk = ctx.gfirst, ctx.g_last, ctx.szcol, ctx.bfirst, ctx.b_last, ctx.blk
     r_blocks_m1, r_fmt, port, core = ctx.r_blocks_m1, ctx.r_fmt, ctx.port, ctx.core
-    # activation window: slot j = pair r0 + j (r0 is a multiple of the window size 2^fold_log > j)
-    S = p.window
-    win_a = [Signal(signed(abits), name=f"win{j}_a") for j in range(S)]
-    win_b = [Signal(signed(abits), name=f"win{j}_b") for j in range(S)]
+    # activation window: slot j = pair r0 + j (r0 is a multiple of the window size 2^fold_log > j). A block of
+    # 2^kmin lanes takes slot (u << kmin) >> lane_shift; that choice is made here, so stage D's registers are
+    # each block's own operands and D itself has no decode or window multiplexer in front of its multipliers.
+    S, W, LW = p.window, ctx.W, ctx.LW
+    window_a, window_b = [], []
     for j in range(S):
         bl = j.bit_length()
         idx = r0 >> bl
         opts = list(range(j, P, 1 << bl))
-        with m.If(adv):
-            m.d.sync += [win_a[j].eq(Array(pair_a[k] for k in opts)[idx]),
-                         win_b[j].eq(Array(pair_b[k] for k in opts)[idx])]
+        window_a.append(Array(pair_a[k] for k in opts)[idx])
+        window_b.append(Array(pair_b[k] for k in opts)[idx])
+    kmin = log2(p.min_fan_out)
+    nblk = W >> kmin                       # lane blocks sharing one slot in every mode
+    xa_blk = [Signal(signed(abits), name=f"xa_blk{u}") for u in range(nblk)]
+    xb_blk = [Signal(signed(abits), name=f"xb_blk{u}") for u in range(nblk)]
+    with m.If(adv):
+        for u in range(nblk):
+            with m.Switch(r_ls):
+                for k in range(kmin, LW + 1):
+                    slot = (u << kmin) >> k
+                    with m.Case(k):
+                        a, b = (window_a[slot], window_b[slot]) if slot < S else (0, 0)
+                        m.d.sync += [xa_blk[u].eq(a), xb_blk[u].eq(b)]
+                with m.Default():
+                    m.d.sync += [xa_blk[u].eq(0), xb_blk[u].eq(0)]
 
     # stage D registers (the read data itself sits in the macros' output registers)
     d_valid = Signal()
     d_kind, d_gfirst, d_glast = Signal(2), Signal(), Signal()
-    d_lane_shift, d_vb_log, d_wlog = Signal.like(r_ls), Signal.like(r_vb), Signal.like(r_wlog)
+    d_vb_log, d_wlog = Signal.like(r_vb), Signal.like(r_wlog)
     d_offset = Signal(4)
     gtag = StructLayout({"bfirst": 1, "blast": 1, "last": 1, "wlog": r_wlog.shape(),
                          "sh": r_sh.shape(), "fmt": 1})
     d_tag = Signal(gtag)
     with m.If(adv):
-        m.d.sync += [d_valid.eq(active), d_kind.eq(phase), d_gfirst.eq(gfirst), d_glast.eq(g_last), d_lane_shift.eq(r_ls),
+        m.d.sync += [d_valid.eq(active), d_kind.eq(phase), d_gfirst.eq(gfirst), d_glast.eq(g_last),
                      d_vb_log.eq(r_vb), d_wlog.eq(r_wlog),
                      d_offset.eq(Mux(phase == Z, szcol[:4], Cat(Const(0, 1), szcol[:3]))),
                      d_tag.bfirst.eq(bfirst), d_tag.blast.eq(b_last), d_tag.last.eq(b_last & (blk == r_blocks_m1)),
                      d_tag.wlog.eq(r_wlog), d_tag.sh.eq(r_sh), d_tag.fmt.eq(r_fmt)]
     m.d.comb += [port.lock.eq(active | d_valid), core.busy.eq(active | d_valid)]
-    vars(ctx).update(S=S, win_a=win_a, win_b=win_b, d_valid=d_valid, d_kind=d_kind, d_gfirst=d_gfirst, d_glast=d_glast, d_lane_shift=d_lane_shift, d_vb_log=d_vb_log, d_wlog=d_wlog,
+    vars(ctx).update(kmin=kmin, xa_blk=xa_blk, xb_blk=xb_blk, d_valid=d_valid, d_kind=d_kind, d_gfirst=d_gfirst, d_glast=d_glast, d_vb_log=d_vb_log, d_wlog=d_wlog,
                      d_offset=d_offset, gtag=gtag, d_tag=d_tag)
 
 
 def products(m: Module, ctx) -> None:
     """Stage D: the zero points and scales captured per lane; S1 (q − z)·x per weight pair."""
-    W, port, NB, d_valid, d_kind, p, abits, d_lane_shift = ctx.W, ctx.port, ctx.NB, ctx.d_valid, ctx.d_kind, ctx.p, ctx.abits, ctx.d_lane_shift
-    LW, S, win_a, win_b, d_offset, adv, d_wlog = ctx.LW, ctx.S, ctx.win_a, ctx.win_b, ctx.d_offset, ctx.adv, ctx.d_wlog
+    W, port, NB, d_valid, d_kind, d_offset, adv, d_wlog = ctx.W, ctx.port, ctx.NB, ctx.d_valid, ctx.d_kind, ctx.d_offset, ctx.adv, ctx.d_wlog
+    LW, kmin, xa_blk, xb_blk = ctx.LW, ctx.kmin, ctx.xa_blk, ctx.xb_blk
     wd, gtag, d_gfirst, d_glast, d_tag, d_vb_log = ctx.wd, ctx.gtag, ctx.d_gfirst, ctx.d_glast, ctx.d_tag, ctx.d_vb_log
     flat = Signal(W * 8)
     m.d.comb += flat.eq(Cat(*[port.data[j] for j in range(NB)]))
     isq = d_valid & (d_kind == Q)
-    kmin = log2(p.min_fan_out)
-    nblk = W >> kmin                       # lane blocks sharing one slot in every mode
-    xa_blk = [Signal(signed(abits), name=f"xa_blk{u}") for u in range(nblk)]
-    xb_blk = [Signal(signed(abits), name=f"xb_blk{u}") for u in range(nblk)]
-    for u in range(nblk):
-        with m.Switch(d_lane_shift):
-            for k in range(kmin, LW + 1):
-                slot = (u << kmin) >> k
-                with m.Case(k):
-                    if slot < S:
-                        m.d.comb += [xa_blk[u].eq(win_a[slot]), xb_blk[u].eq(win_b[slot])]
     # z / s capture (sub-beat offsets only occur when the block is narrower than one beat). A group's
     # z read comes before its q beats, so z_hold holds this group's zero points while its beats pass D;
     # lane ln takes the zero point of its column, ln mod 2^wlog (lanes of one column share it).
