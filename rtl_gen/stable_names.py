@@ -38,6 +38,14 @@ def new_names(names) -> dict[str, str]:
             for k, old in enumerate(sorted(group, key=lambda n: (_key(n), n)))}
 
 
+def _modules(design) -> list:
+    return list(dict(design.modules_).values())
+
+
+def _cells(module) -> list:
+    return list(dict(module.cells_).values())
+
+
 def _apply(rename, objects: dict, renamed: dict[str, str]) -> None:
     """Renames in two steps, through names no object has, as a new name may still be another's old one."""
     for i, old in enumerate(renamed):
@@ -47,12 +55,12 @@ def _apply(rename, objects: dict, renamed: dict[str, str]) -> None:
 
 
 def _rename_modules(design) -> None:
-    modules = {m.name.str(): m for m in dict(design.modules_).values()}
+    modules = {m.name.str(): m for m in _modules(design)}
     renamed = new_names(modules)
     _apply(design.rename, modules, renamed)
     if renamed:
-        for module in list(dict(design.modules_).values()):
-            for cell in list(dict(module.cells_).values()):
+        for module in _modules(design):
+            for cell in _cells(module):
                 if (new := renamed.get(cell.type.str())) is not None:
                     cell.type = ys.IdString(new)
 
@@ -61,7 +69,7 @@ def _rename_objects(module) -> dict[str, str]:
     """Renumbers ``module``'s wires and cells (one name space: Yosys refuses a cell a wire's name); returns
     its ports' renames."""
     wires = {w.name.str(): w for w in dict(module.wires_).values()}
-    cells = {c.name.str(): c for c in dict(module.cells_).values()}
+    cells = {c.name.str(): c for c in _cells(module)}
     renamed = new_names([*wires, *cells])
     _apply(module.rename, wires | cells, renamed)
     port_renames = {old: new for old, new in renamed.items() if old in wires and wires[old].port_id}
@@ -73,13 +81,13 @@ def _rename_objects(module) -> dict[str, str]:
 def renumber(design) -> None:
     """Module-local numbering of every generated name of ``design`` (see the module docstring). Processes
     and memories keep their names, so none may be left: run after ``proc`` and ``memory``."""
-    for module in dict(design.modules_).values():
+    for module in _modules(design):
         if dict(module.processes) or dict(module.memories):
             raise ValueError(f"{module.name.str()}: processes or memories left; renumber runs after proc and memory")
     _rename_modules(design)
-    ports = {m.name.str(): _rename_objects(m) for m in list(dict(design.modules_).values())}
-    for module in list(dict(design.modules_).values()):
-        for cell in list(dict(module.cells_).values()):
+    ports = {m.name.str(): _rename_objects(m) for m in _modules(design)}
+    for module in _modules(design):
+        for cell in _cells(module):
             for old, new in ports.get(cell.type.str(), {}).items():
                 if cell.hasPort(ys.IdString(old)):
                     sig = cell.getPort(ys.IdString(old))
