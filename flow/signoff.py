@@ -23,6 +23,9 @@ Continues from ``make place`` (its ``placed.pickle``: the flat netlist, the plac
    ``SETUP_UNCERTAINTY_NS`` (setup) and ``HOLD_UNCERTAINTY_NS`` (hold) in place of a clock tree's skew and
    jitter (no clock tree is built): setup WNS/TNS per corner, hold at every corner, max-transition
    violations (OpenSTA), max-capacitance and max-fanout violations (flow/design_rules.py);
+   when setup fails at a corner or a pin is over a transition or capacitance limit, a touch-up
+   (flow/touchup.py) sizes cells in an OpenSTA session on the written netlist and SPEF, the placement is
+   re-legalised and written again, and step 4 runs again (at most ``TOUCHUPS`` times);
 5. the routing demand of the final placement (flow/rudy.py), drawn as ``rudy.png``.
 
 ``signoff.json`` says whether the chip signs off: setup met at every corner, hold met at the fast
@@ -39,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-from flow import design_rules, hold, rebuffer, rudy
+from flow import design_rules, hold, rebuffer, rudy, touchup
 from flow.cli import publish, report_stage
 from flow.macro_map import MacroMapError, storage_lib
 from flow.parasitics import RcModel
@@ -62,6 +65,8 @@ SETUP_UNCERTAINTY_NS = 0.3
 HOLD_UNCERTAINTY_NS = 0.05
 SIZING_CORNER = "slow"
 ALTERNATIONS = 4                # turns of load isolation then sizing after the first sizing
+TOUCHUPS = 2                    # sign-off STA, touch-up (flow/touchup.py), sign-off STA ... at most this often
+TOUCHUP_BUDGET_S = 300.0        # seconds each touch-up's sizing may take
 HOLD_CORNER = "fast"
 
 
@@ -70,8 +75,8 @@ class SignoffError(RuntimeError):
 
 
 def _session(stage: Path, corner: str, liberty: Path, netlist: Path, spef: Path, top: str, clock: str,
-             period_ns: float) -> StaSession:
-    sta = StaSession(stage / f"{corner}_session.log")
+             period_ns: float, log: str | None = None) -> StaSession:
+    sta = StaSession(stage / (log or f"{corner}_session.log"))
     progress(f"{corner} corner: reading {netlist.name} and {spef.name} into OpenSTA ...")
     sta.run(f"read_liberty {{{liberty}}}\nread_verilog {{{netlist}}}\nlink_design {{{top}}}\n"
             + constraints_tcl(clock, period_ns, (SETUP_UNCERTAINTY_NS, HOLD_UNCERTAINTY_NS))
@@ -166,6 +171,33 @@ def _net_boxes(d, fp, xs, ys, orient, dbu: int) -> np.ndarray:
     return boxes
 
 
+def _write_and_time(stage: Path, module: dict, state: dict, top: str, synth: Path, period_ns: float, clock: str,
+                    cache: Path, d, fp, xs, ys, orient, lef, rc, caps, limits):
+    """Writes the netlist, DEF and SPEF of the placed design into ``stage`` and signs them off: STA at every
+    corner (into ``stage/sta``) and the design rules. Returns (wire summary, STA result, RuleReport)."""
+    with open(stage / f"{top}.v", "w") as f:
+        write_verilog(f, module, top, net_names(module), lambda key, c: inst_path(key, c.get("attributes", {})),
+                      state["macro_modules"])
+    wires = write_outputs(d, fp, lef, xs, ys, orient, stage, rc)
+    progress(f"sign-off STA at {list(CORNERS)} with clock uncertainty setup {SETUP_UNCERTAINTY_NS} ns, "
+             f"hold {HOLD_UNCERTAINTY_NS} ns ...")
+    try:
+        sta = run_sta(synth, stage / "sta", list(CORNERS), period_ns, clock, cache, parasitics=stage / f"{top}.spef",
+                      netlist=stage / f"{top}.v", uncertainty=(SETUP_UNCERTAINTY_NS, HOLD_UNCERTAINTY_NS))
+    except StaError as e:
+        raise SignoffError(f"sign-off STA: {e}") from None
+    rules = design_rules.check(d, fp, xs, ys, orient, caps, limits, rc, lef.dbu, {clock})
+    return wires, sta, rules
+
+
+def _clean(sta: dict, rules) -> bool:
+    """Setup met at every corner and no max-transition or max-capacitance violation: what the touch-up
+    can mend (it sizes cells; hold and fanout are repaired before it, and the verdict checks them too)."""
+    return (all(v["wns_ns"] is None or v["wns_ns"] >= 0 for v in sta["corners"].values())
+            and not any(v["max_transition_violations"] for v in sta["corners"].values())
+            and not rules.cap_violations)
+
+
 def signoff(place_dir: Path, synth: Path, out: Path, period_ns: float | None = None, clock: str = "clk",
             budget_s: float = 900.0, cache: Path = REPO / "build" / "pdk_cache") -> dict:
     t_start = time.monotonic()
@@ -243,33 +275,47 @@ def signoff(place_dir: Path, synth: Path, out: Path, period_ns: float | None = N
     timing["final_electrical_s"] = time.monotonic() - t
 
     t = time.monotonic()
-    with open(stage / f"{top}.v", "w") as f:
-        write_verilog(f, module, top, net_names(module), lambda key, c: inst_path(key, c.get("attributes", {})),
-                      state["macro_modules"])
-    wires = write_outputs(d, fp, lef, xs, ys, orient, stage, rc)
-    timing["outputs_s"] = time.monotonic() - t
-
-    t = time.monotonic()
-    progress(f"sign-off STA at {list(CORNERS)} with clock uncertainty setup {SETUP_UNCERTAINTY_NS} ns, "
-             f"hold {HOLD_UNCERTAINTY_NS} ns ...")
-    try:
-        sta = run_sta(synth, stage / "sta", list(CORNERS), period_ns, clock, cache, parasitics=stage / f"{top}.spef",
-                      netlist=stage / f"{top}.v", uncertainty=(SETUP_UNCERTAINTY_NS, HOLD_UNCERTAINTY_NS))
-    except StaError as e:
-        raise SignoffError(f"sign-off STA: {e}") from None
+    wires, sta, rules = _write_and_time(stage, module, state, top, synth, period_ns, clock, cache, d, fp, xs, ys,
+                                        orient, lef, rc, caps, limits)
     timing["sta_s"] = time.monotonic() - t
+    touched = []
+    while not _clean(sta, rules) and len(touched) < TOUCHUPS:
+        t = time.monotonic()
+        over = touchup.overshoots([stage / "sta" / c["files"]["max_transition"] for c in sta["corners"].values()],
+                                  rules.cap_violations)
+        try:
+            with _session(stage, SIZING_CORNER, slow.resolve(), stage / f"{top}.v", stage / f"{top}.spef", top, clock,
+                          period_ns, log=f"touchup{len(touched) + 1}_session.log") as session:
+                done = touchup.touch_up(session, size_ladders(list(liberty_areas(slow))), over, TOUCHUP_BUDGET_S,
+                                        progress)
+        except (StaSessionError, ToolError) as e:
+            raise SignoffError(f"touch-up: {e}") from None
+        touched.append(done.as_dict(liberty_areas(slow)) | {"corners_before": {
+            c: {"wns_ns": v["wns_ns"], "max_transition_violations": v["max_transition_violations"]}
+            for c, v in sta["corners"].items()}, "cap_violations_before": len(rules.cap_violations)})
+        if not done.sizing.replaced:
+            break
+        key_of = dict(zip(d.comp_name, d.comp_key))
+        for inst, cell in done.sizing.replaced.items():
+            module["cells"][key_of[inst]]["type"] = cell
+        d, xs, ys, orient = _rebuild(module, top, lef, sizes, d, fp, xs, ys, orient, hold.HoldResult(),
+                                     rebuffer.RebufferResult())
+        try:
+            touched[-1]["cells_moved"] = relegalize(d, fp, xs, ys, orient)["cells_moved"]
+        except PlaceError as e:
+            raise SignoffError(f"re-legalisation after the touch-up: {e}") from None
+        wires, sta, rules = _write_and_time(stage, module, state, top, synth, period_ns, clock, cache, d, fp, xs, ys,
+                                            orient, lef, rc, caps, limits)
+        timing[f"touchup{len(touched)}_s"] = time.monotonic() - t
 
     t = time.monotonic()
-    clock_nets = {clock}
-    rules = design_rules.check(d, fp, xs, ys, orient, caps, limits,
-                               rc, dbu, clock_nets)
     macros = [(x / dbu, y / dbu, (x + d.comp_w[i]) / dbu, (y + d.comp_h[i]) / dbu) for i, (x, y) in fp.macro_xy.items()]
     demand = rudy.rudy(_net_boxes(d, fp, xs, ys, orient, dbu), (fp.die[2] / dbu, fp.die[3] / dbu), macros, lef)
     rudy.draw(demand, stage / "rudy.png", f"{top}: routing demand after sign-off placement")
     timing["checks_s"] = time.monotonic() - t
 
     result = _result(top, placed, (electrical, final_drv), sized, moved, held, liberty_areas(slow), legal, dbu,
-                     wires, sta, rules, demand, timing, period_ns, t_start)
+                     wires, sta, rules, demand, timing, period_ns, t_start, touched)
     (stage / "signoff.json").write_text(json.dumps(result, indent=1) + "\n")
     (stage / "signoff.txt").write_text(summary_text(result))
     publish(stage, out)
@@ -277,8 +323,9 @@ def signoff(place_dir: Path, synth: Path, out: Path, period_ns: float | None = N
 
 
 def _result(top, placed, drv: tuple[dict, dict], sized, moved, held, areas, legal, dbu, wires, sta, rules, demand,
-            timing, period_ns, t_start) -> dict:
-    """signoff.json; ``drv``: the summaries of the electrical repair before and after timing repair."""
+            timing, period_ns, t_start, touched: list[dict]) -> dict:
+    """signoff.json; ``drv``: the summaries of the electrical repair before and after timing repair;
+    ``touched``: one summary per touch-up (flow/touchup.py)."""
     electrical, final_drv = drv
     corners = {c: {k: v[k] for k in ("wns_ns", "tns_ns", "worst_hold_slack_ns", "min_period_ns",
                                      "max_transition_violations")} | {"worst_path": (v["paths"] or [None])[0],
@@ -310,10 +357,12 @@ def _result(top, placed, drv: tuple[dict, dict], sized, moved, held, areas, lega
         "final_electrical_repair": final_drv,
         "load_isolation": isolating,
         "hold_repair": holding,
+        "touch_ups": touched,
         "relegalize": {"cells_moved": legal["cells_moved"], "total_move_um": round(legal["total_move_dbu"] / dbu, 1)},
         "std_cell_area_um2": round(placed["std_cell_area_um2"] + electrical.get("area_change_um2", 0.0)
                                    + final_drv.get("area_change_um2", 0.0) + sizing["area_change_um2"]
-                                   + isolating["area_added_um2"] + holding["area_added_um2"], 3),
+                                   + isolating["area_added_um2"] + holding["area_added_um2"]
+                                   + sum(t["sizing"]["area_change_um2"] for t in touched), 3),
         "std_cell_area_before_um2": placed["std_cell_area_um2"],
         "hpwl_um": round(wires["hpwl_um"], 1),
         "design_rules": r,
@@ -356,6 +405,10 @@ def summary_text(r: dict) -> str:
         f"({r['final_electrical_repair'].get('buffers_added', 0):,} buffers) for max capacitance, violations "
         f"{r['final_electrical_repair']['cap_violations_before']:,} -> "
         f"{r['final_electrical_repair'].get('cap_violations_after', r['final_electrical_repair']['cap_violations_before']):,}",
+        *(f"  touch-up {k + 1}     {t['drivers_upsized']:,} drivers up-sized for transition/capacitance, "
+          f"{t['sizing']['cells_resized']:,} cells sized in all ({t['sizing']['area_change_um2']:+,.1f} um2), "
+          f"slow WNS {t['wns_before_ns']:+.3f} -> {t['wns_after_ns']:+.3f} ns in its session"
+          for k, t in enumerate(r.get("touch_ups", []))),
         f"  load isolation {r['load_isolation']['buffers_added']:,} buffers take "
         f"{r['load_isolation']['sinks_moved']:,} sinks off critical stages, {r['load_isolation']['area_added_um2']:+,.1f} um2",
         f"  hold repair    {r['hold_repair']['buffers_added']:,} x {r['hold_repair']['buffer']} on "
