@@ -74,6 +74,15 @@ def _repair_rows(so: dict) -> list[str]:
              h["area_added_um2"])]
     if f:
         rows.append(("electrical repair (after timing)", drv(f), f.get("area_change_um2")))
+    for k, t in enumerate(so.get("touch_ups", []), 1):
+        before = ", ".join(f"{c} WNS {fmt(v['wns_ns'])} ns / {fmt(v['max_transition_violations'], ',')} transition"
+                           for c, v in t["corners_before"].items())
+        rows.append((f"touch-up {k} (after sign-off STA)",
+                     f"sign-off STA found {before}, {t['cap_violations_before']:,} max-cap; "
+                     f"{t['drivers_upsized']:,} violating nets' drivers up-sized ({t['unsizable_drivers']:,} could "
+                     f"not be), {t['sizing']['cells_resized']:,} cells sized in all; slow WNS "
+                     f"{fmt(t['wns_before_ns'])} → {fmt(t['wns_after_ns'])} ns in its session",
+                     t["sizing"]["area_change_um2"]))
     md = ["| step | what it did | area µm² |", "|---|---|---|"]
     return md + [f"| {a} | {b} | {fmt(c, '+,.1f')} |" for a, b, c in rows]
 

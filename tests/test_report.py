@@ -355,6 +355,10 @@ def _signoff(wns_slow: float, std_area: float) -> dict:
             "electrical_repair": drv, "final_electrical_repair": {**drv, "drivers_upsized": 1},
             "load_isolation": {"buffers_added": 1, "sinks_moved": 4, "area_added_um2": 0.8},
             "hold_repair": {"buffers_added": 2, "buffer": "BUF_X1", "endpoints": 2, "area_added_um2": 1.6},
+            "touch_ups": [{"corners_before": {"slow": {"wns_ns": -0.053, "max_transition_violations": 20}},
+                           "cap_violations_before": 6, "drivers_upsized": 25, "unsizable_drivers": 1,
+                           "wns_before_ns": -0.053, "wns_after_ns": 0.004,
+                           "sizing": {"cells_resized": 31, "area_change_um2": 12.0}}],
             "std_cell_area_um2": std_area, "std_cell_area_before_um2": std_area - 16.4,
             "routing_demand": {"peak_demand_over_capacity": 0.8, "share_of_gcells_over_capacity": 0.0},
             "runtime_s": 60.0, "files": {"rudy_png": "rudy.png"}}
@@ -436,6 +440,9 @@ def test_signoff_section_per_corner_repair_and_priced_area(tmp_path):
     assert "| slow | -1.331 | 0.000 | 0.200 | 11.331 | 0 | `core/mac/_1_` → `core/kda/_4_` |" in md
     assert "| electrical repair (after timing) | 1 drivers up-sized, 2 nets rebuilt with 9 buffers (1 removed); " \
            "max-cap violations 7 → 0 | +12.5 |" in md
+    assert "| touch-up 1 (after sign-off STA) | sign-off STA found slow WNS -0.053 ns / 20 transition, 6 max-cap; " \
+           "25 violating nets' drivers up-sized (1 could not be), 31 cells sized in all; slow WNS -0.053 → 0.004 ns " \
+           "in its session | +12.0 |" in md
     priced = (2_719_367.0 + CHIP_SYNTH["area"]["macro_um2"]) / 1e6
     assert f"**{priced:.3f} mm²** ({'within' if priced <= 4 else 'over'} the 4 mm² budget)" in md
     line = next(ln for ln in brief(load(build)).splitlines() if ln.startswith("sign-off"))
