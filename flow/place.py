@@ -256,7 +256,9 @@ def _place_cells(module: dict, d: Design, fp: Floorplan, plan: RegionPlan | None
 def place(synth: Path, out: Path, utilization: float = 0.6, effort: int = 1, corners: list[str] | None = None,
           period_ns: float | None = None, clock: str = "clk", picture: bool = True,
           cache: Path = REPO / "build" / "pdk_cache", repair_fanout: bool = True, flat: bool = False,
-          jobs: int | None = None) -> dict:
+          jobs: int | None = None, sta: bool = True) -> dict:
+    """``sta=False``: no post-placement STA here (``python -m flow.sta --place <out>`` runs it, into
+    ``<out>/sta``: make demo runs it beside sign-off); place.json's ``sta`` is then null."""
     t_start = time.monotonic()
     s, netlist, macros_v, pdk = _inputs(synth, utilization, effort)
     period_ns = design_period_ns(period_ns, s, PlaceError)      # None: the RTL's clock
@@ -318,14 +320,15 @@ def place(synth: Path, out: Path, utilization: float = 0.6, effort: int = 1, cor
     draw_floorplan(fj, stage / "floorplan.png")
     timing["outputs_s"] = time.monotonic() - t
 
-    files = {"netlist": f"{top}.v", "def": f"{top}.def", "spef": f"{top}.spef", "sta": "sta/sta.json",
-             "state": STATE_FILE,
+    files = {"netlist": f"{top}.v", "def": f"{top}.def", "spef": f"{top}.spef", "state": STATE_FILE,
              "macros": "macros.txt", "floorplan": "floorplan.json", "floorplan_png": "floorplan.png"}
-    progress(f"post-placement STA at {corners}{', the layout meanwhile' if picture else ''} ...")
+    if sta:
+        files["sta"] = "sta/sta.json"
+        progress(f"post-placement STA at {corners}{', the layout meanwhile' if picture else ''} ...")
     # OpenSTA runs in child processes: this thread only waits for them, while the main one writes the layout.
     with ThreadPoolExecutor(max_workers=1) as pool:
         sta_run = pool.submit(run_sta, Path(synth), stage / "sta", corners, period_ns, clock, cache,
-                              parasitics=stage / f"{top}.spef", netlist=stage / f"{top}.v")
+                              parasitics=stage / f"{top}.spef", netlist=stage / f"{top}.v") if sta else None
         if picture:
             from flow.gds import write_gds, write_pictures
             t = time.monotonic()
@@ -333,12 +336,13 @@ def place(synth: Path, out: Path, utilization: float = 0.6, effort: int = 1, cor
             files.update({"gds": f"{top}.gds"})
             files.update(write_pictures(stage, top, d, fp, xs, ys, pdk.klayout_lyp, dbu))
             timing["layout_s"] = time.monotonic() - t
-            progress(f"layout written ({timing['layout_s']:.0f} s); waiting for STA ...")
+            progress(f"layout written ({timing['layout_s']:.0f} s){'; waiting for STA ...' if sta else ''}")
         try:
-            sta = sta_run.result()
+            sta = sta_run.result() if sta_run else None
         except StaError as e:
             raise PlaceError(f"post-placement STA failed: {e}") from None
-    timing["sta_s"] = sta["runtime_s"]
+    if sta:
+        timing["sta_s"] = sta["runtime_s"]
     result = _result(s, d, fp, fj, dbu, wires, pstats, fixed, cells_before, sta, rc, timing, files,
                      {"utilization": utilization, "effort": effort, "period_ns": period_ns, "processes": processes,
                       "t_start": t_start})
@@ -403,7 +407,7 @@ def _result(s: dict, d: Design, fp: Floorplan, fj: dict, dbu: int, wires: dict, 
                    if fixed else {"enabled": False}),
         "parasitics": rc.as_dict(),
         "sta": {c: {k: v[k] for k in ("wns_ns", "tns_ns", "worst_hold_slack_ns", "min_period_ns", "fmax_mhz", "met")}
-                for c, v in sta["corners"].items()},
+                for c, v in sta["corners"].items()} if sta else None,
         "period_ns": opt["period_ns"],
         "runtime_s": round(time.monotonic() - opt["t_start"], 2),
         "finished_unix": round(time.time(), 1),
@@ -415,8 +419,9 @@ def _result(s: dict, d: Design, fp: Floorplan, fj: dict, dbu: int, wires: dict, 
             "place__design__instance__count__stdcell": d.n_std,
             "place__design__instance__count__macros": len(d.comp_name) - d.n_std,
             "place__route__wirelength__estimated": round(wires["hpwl_um"], 1),
-            **{f"place__timing__setup__ws__{c}": v["wns_ns"] for c, v in sta["corners"].items()},
-            **{f"place__timing__min_period__{c}": v["min_period_ns"] for c, v in sta["corners"].items()},
+            **{f"place__timing__setup__ws__{c}": v["wns_ns"] for c, v in (sta or {"corners": {}})["corners"].items()},
+            **{f"place__timing__min_period__{c}": v["min_period_ns"]
+               for c, v in (sta or {"corners": {}})["corners"].items()},
         },
     }
 
@@ -440,7 +445,9 @@ def summary_text(r: dict) -> str:
         "", f"post-placement timing at {r['period_ns']} ns (SPEF from placed wire lengths):",
         f"  {'corner':<8} {'WNS ns':>9} {'TNS ns':>10} {'hold ns':>9} {'min period ns':>14}",
     ]
-    for c, v in r["sta"].items():
+    if r["sta"] is None:
+        lines.append("  not run here (--no-sta): python -m flow.sta --place <this folder> times it")
+    for c, v in (r["sta"] or {}).items():
         f = (lambda x: "-" if x is None else f"{x:.3f}")
         lines.append(f"  {c:<8} {f(v['wns_ns']):>9} {f(v['tns_ns']):>10} {f(v['worst_hold_slack_ns']):>9} "
                      f"{f(v['min_period_ns']):>14}")
@@ -468,6 +475,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--clock", default="clk")
     ap.add_argument("--no-picture", action="store_true", help="skip the GDS and PNG")
     ap.add_argument("--no-repair", action="store_true", help="keep synthesis' buffer trees (flow/repair.py)")
+    ap.add_argument("--no-sta", action="store_true", help="skip the post-placement STA (python -m flow.sta --place "
+                                                          "<out> runs it later; make demo runs it beside sign-off)")
     ap.add_argument("--flatten-worker", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.flatten_worker:
@@ -476,7 +485,7 @@ def main(argv: list[str] | None = None) -> int:
     return report_stage("flow.place", PlaceError,
                         lambda: place(args.synth, args.out, args.utilization, args.effort, args.corners, args.period,
                                       args.clock, not args.no_picture, repair_fanout=not args.no_repair,
-                                      flat=args.flat, jobs=args.jobs),
+                                      flat=args.flat, jobs=args.jobs, sta=not args.no_sta),
                         summary_text, lambda r: [args.out / "place.json", args.out / r["files"]["def"]])
 
 

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from flow.report import load
-from flow.report_summary import K3_TOKENS_PER_S, fmt, placed_text, summary
+from flow.report_summary import K3_TOKENS_PER_S, fmt, placed_corners, placed_text, summary
 from flow.runlog import runtime_text
 
 BEGIN = "<!-- results: written by `make readme` from the build's JSON; edits here are overwritten -->"
@@ -179,7 +179,7 @@ def _placement(s: dict, stages: dict) -> str | None:
     return (f"die {fmt(p['die_mm2'], '.2f')} mm², {fmt(100 * p['utilization'] if p['utilization'] else None, '.1f')} % "
             f"row utilization, {fmt(p['cells_placed'], ',')} cells and {fmt(p['macros_placed'], ',')} fakeram45 macros, "
             f"HPWL {fmt(p['hpwl_um'] / 1e6 if p['hpwl_um'] else None, '.1f')} m; worst slack with placed-wire "
-            f"parasitics {_corners(place['sta'])}")
+            f"parasitics {_corners(placed_corners(stages))}")
 
 
 def _signoff(stages: dict) -> str | None:

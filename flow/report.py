@@ -29,7 +29,7 @@ from flow.report_layout import fig_layout, fig_placement
 from flow.report_signoff import SIGNOFF_COMMAND, fig_floorplan, fig_routing_demand, md_signoff
 from flow.report_power import fig_power_by_engine, md_power
 from flow.report_summary import (ARGMAX_GATE, COSINE_GATE, K3_TOKENS_PER_S, PORT_LIMIT_TOKENS_PER_S,
-                                 READ_ROOFLINE_TOKENS_PER_S, brief, fmt, passed, placed_text,
+                                 READ_ROOFLINE_TOKENS_PER_S, brief, fmt, passed, placed_corners, placed_text,
                                  placement, summary)
 
 # stage -> (file under the build folder, the command that produces it, top-level keys the report reads).
@@ -271,7 +271,8 @@ def _md_timing(stages: dict, figs: list[dict]) -> list[str]:
         md += [_not_run(stages, "sta"), ""]
     md += ["### After placement (OpenSTA with placed-wire parasitics)", ""]
     if place:
-        md += _sta_table(place["sta"])
+        corners = placed_corners(stages)
+        md += _sta_table(corners) if corners else [_not_run(stages, "place_sta"), ""]
         md += _worst_paths(place_sta["corners"]) if place_sta else []
     else:
         md += [_not_run(stages, "place"), ""]
@@ -292,8 +293,9 @@ def flow_seconds(stages: list[dict]) -> float:
 
 def _md_runtime(stages: dict) -> list[str]:
     """Wall-clock time of synthesis through sign-off, against the flow's 30-minute goal."""
+    apart = (stages["place"]["data"] or {}).get("sta", {}) is None     # flow.place --no-sta, then flow.sta --place
     steps = [(k, stages[k]["data"].get("runtime_s") if stages[k]["data"] else None, stages[k]["command"])
-             for k in ("synth", "sta", "place", "signoff")]
+             for k in ("synth", "sta", "place", *(("place_sta",) if apart else ()), "signoff")]
     md = ["## Flow runtime", "", "| step | seconds | command |", "|---|---|---|"]
     md += [f"| {k} | {fmt(t, ',.0f')} | `{cmd}` |" for k, t, cmd in steps]
     ran = [k for k, t, _ in steps if t is not None]

@@ -153,10 +153,17 @@ def _slack(v: dict | None) -> dict | None:
     return {"wns_ns": v["wns_ns"], "tns_ns": v.get("tns_ns"), "min_period_ns": v.get("min_period_ns")}
 
 
+def placed_corners(stages: dict) -> dict:
+    """Per corner, the post-placement STA's numbers: place.json's copy, or, when placement ran without it
+    (flow.place --no-sta, as make demo does), flow.sta --place's result; {} when neither ran."""
+    place, apart = stages["place"]["data"], stages["place_sta"]["data"]
+    return (place or {}).get("sta") or (apart or {}).get("corners") or {}
+
+
 def timing(stages: dict) -> dict:
     """Worst setup slack per corner before (OpenSTA, wire-load model) and after placement (placed-wire SPEF)."""
     sta, place, orfs = (stages[s]["data"] for s in ("sta", "place", "orfs"))
-    pre, post = (sta or {}).get("corners", {}), (place or {}).get("sta", {})
+    pre, post = (sta or {}).get("corners", {}), placed_corners(stages)
     finish = (orfs or {}).get("timing", {}).get("finish") or {}
     corners = dict.fromkeys([*pre, *post])
     return {"period_ns": (sta or place or {}).get("period_ns"),

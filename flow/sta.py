@@ -299,10 +299,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, help="OpenSTA processes at a time (default: one per CPU, fewer when "
                                              "the available memory holds fewer; `make demo` uses 1, placement "
                                              "runs beside it)")
+    ap.add_argument("--place", type=Path, help="time the placed netlist of this `flow.place --no-sta` folder with "
+                                               "its SPEF, at its clock, into <place>/sta (--out is ignored)")
     args = ap.parse_args(argv)
-    return report_stage("flow.sta", StaError,
-                        lambda: run_sta(args.synth, args.out, args.corners, args.period, args.clock, jobs=args.jobs),
-                        summary_text, lambda r: [args.out / "sta.json"])
+    return report_stage("flow.sta", StaError, lambda: _main_run(args), summary_text,
+                        lambda r: [(args.place / "sta" if args.place else args.out) / "sta.json"])
+
+
+def _main_run(args) -> dict:
+    if args.place is None:
+        return run_sta(args.synth, args.out, args.corners, args.period, args.clock, jobs=args.jobs)
+    pj = args.place / "place.json"
+    if not pj.is_file():
+        raise StaError(f"{pj} not found: run `make place` (python -m flow.place) first")
+    placed = json.loads(pj.read_text())
+    return run_sta(args.synth, args.place / "sta", args.corners, args.period or placed["period_ns"], args.clock,
+                   jobs=args.jobs, parasitics=args.place / placed["files"]["spef"],
+                   netlist=args.place / placed["files"]["netlist"])
 
 
 if __name__ == "__main__":

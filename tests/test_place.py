@@ -93,6 +93,22 @@ def test_parasitics_and_post_placement_timing(placed):
     assert r["sta"]["slow"]["min_period_ns"] > r["sta"]["typical"]["min_period_ns"] > r["sta"]["fast"]["min_period_ns"]
 
 
+def test_placement_without_sta_is_timed_later_by_flow_sta(placed, tmp_path):
+    """make demo's split: flow.place --no-sta leaves place.json's timing null, and flow.sta --place times the
+    same placed netlist and SPEF into <place>/sta, with the numbers place's own STA gives."""
+    from flow.sta import main as sta_main
+    base, _, r = placed
+    out = tmp_path / "place"
+    quiet = place(base / "synth", out, utilization=0.6, effort=2, sta=False, picture=False)
+    assert quiet["sta"] is None and "sta" not in quiet["files"] and not (out / "sta").exists()
+    assert not any(k.startswith("place__timing") for k in quiet["metrics"])
+    assert sta_main(["--synth", str(base / "synth"), "--place", str(out), "--jobs", "1"]) == 0
+    later = json.loads((out / "sta" / "sta.json").read_text())
+    assert later["constraints"]["parasitics"] and later["period_ns"] == quiet["period_ns"]
+    for corner, c in r["sta"].items():
+        assert later["corners"][corner]["wns_ns"] == pytest.approx(c["wns_ns"], abs=1e-4), corner
+
+
 def test_gds_and_pictures(placed):
     base, _, r = placed
     import klayout.db as db

@@ -550,6 +550,20 @@ def test_flow_runtime_is_summed_against_the_goal(tmp_path):
             "not run: signoff) | |") in md
 
 
+def test_flow_runtime_counts_placement_sta_run_apart(tmp_path):
+    """make demo places with --no-sta and runs flow.sta --place beside sign-off: that STA is a step of its own,
+    and the placed timing table comes from it."""
+    apart = {**STA, "runtime_s": 300.0, "constraints": {**STA["constraints"], "parasitics": "x.spef"}}
+    build = _build(tmp_path, {"synth/synth.json": {**SYNTH, "runtime_s": 900.0}, "sta/sta.json": {**STA, "runtime_s": 120.0},
+                              "place/place.json": {**PLACE, "sta": None}, "place/sta/sta.json": apart})
+    write_report(build, tmp_path / "report")
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert "| place_sta | 300 |" in md
+    assert "not run: signoff) | |" in md and "not run: place_sta" not in md
+    placed = md[md.index("### After placement"):]
+    assert "| slow |" in placed.split("###")[1]
+
+
 def test_flow_runtime_counts_steps_side_by_side_once():
     synth = {"runtime_s": 500.0, "finished_unix": 1000.0}
     sta = {"runtime_s": 200.0, "finished_unix": 1210.0}              # 1010 .. 1210

@@ -198,7 +198,8 @@ def test_a_long_summary_is_cut_on_the_terminal_and_whole_in_the_log(tmp_path):
 
 def test_make_demo_runs_each_step_once_sta_beside_place():
     """The steps of `make demo` (make -n): one flow.runlog call, no sub-make (which re-ran synthesis and printed
-    its summary a second time), STA beside placement with one OpenSTA, the summary with the runtime record."""
+    its summary a second time), STA beside placement with one OpenSTA, placement without its own STA, which runs
+    beside sign-off with one OpenSTA, the summary with the runtime record."""
     repo = Path(__file__).resolve().parents[1]
     plan = subprocess.run(["make", "-n", "--no-print-directory", "demo", "BLOCK=dequant_mac", "BUILD=/tmp/b"],
                           cwd=repo, capture_output=True, text=True, check=True).stdout
@@ -207,9 +208,11 @@ def test_make_demo_runs_each_step_once_sta_beside_place():
     steps = [(args[i], args[i + 1], args[i + 2].split()[2]) for i, a in enumerate(args) if a in ("--step", "--beside")]
     assert [(kind, name) for kind, name, _ in steps] == [
         ("--step", "rtl"), ("--step", "sim"), ("--step", "synth"), ("--step", "sta"), ("--beside", "place"),
-        ("--step", "signoff"), ("--step", "report")]
+        ("--step", "signoff"), ("--beside", "place_sta"), ("--step", "report")]
     assert [module for *_, module in steps] == ["rtl_gen", "verification.sim", "flow.synth", "flow.sta", "flow.place",
-                                                "flow.signoff", "flow.report"]
+                                                "flow.signoff", "flow.sta", "flow.report"]
     assert "--jobs 1" in args[args.index("sta") + 1]
+    assert args[args.index("place") + 1].endswith(" --no-sta")
+    assert "--place /tmp/b/place --jobs 1" in args[args.index("place_sta") + 1]
     assert not re.search(r"^make |\bmake -|--no-print-directory", plan, re.M)          # no sub-make
     assert "-m flow.report --build /tmp/b --out /tmp/b/report --brief --runtime /tmp/b/logs/runtime.json" in plan
