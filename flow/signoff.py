@@ -190,11 +190,14 @@ def _write_and_time(stage: Path, module: dict, state: dict, top: str, synth: Pat
     return wires, sta, rules
 
 
+def _setup_met(sta: dict) -> bool:
+    return all(v["wns_ns"] is None or v["wns_ns"] >= 0 for v in sta["corners"].values())
+
+
 def _clean(sta: dict, rules) -> bool:
     """Setup met at every corner and no max-transition or max-capacitance violation: what the touch-up
     can mend (it sizes cells; hold and fanout are repaired before it, and the verdict checks them too)."""
-    return (all(v["wns_ns"] is None or v["wns_ns"] >= 0 for v in sta["corners"].values())
-            and not any(v["max_transition_violations"] for v in sta["corners"].values())
+    return (_setup_met(sta) and not any(v["max_transition_violations"] for v in sta["corners"].values())
             and not rules.cap_violations)
 
 
@@ -283,6 +286,8 @@ def signoff(place_dir: Path, synth: Path, out: Path, period_ns: float | None = N
         t = time.monotonic()
         over = touchup.overshoots([stage / "sta" / c["files"]["max_transition"] for c in sta["corners"].values()],
                                   rules.cap_violations)
+        if touched and _setup_met(sta) and set(over) <= set(touched[-1]["unmendable_pins"]):
+            break                                     # what is left, the last touch-up could not size away
         try:
             with _session(stage, SIZING_CORNER, slow.resolve(), stage / f"{top}.v", stage / f"{top}.spef", top, clock,
                           period_ns, log=f"touchup{len(touched) + 1}_session.log") as session:

@@ -38,12 +38,13 @@ class TouchUp:
     sizing: ResizeResult = field(default_factory=ResizeResult)
     drivers_upsized: int = 0
     unsizable: list[str] = field(default_factory=list)       # violating nets' drivers that have no bigger size
+    unmendable_pins: list[str] = field(default_factory=list)  # violating pins on those nets or on a port's
     wns_before_ns: float | None = None
     wns_after_ns: float | None = None
 
     def as_dict(self, areas: dict[str, float]) -> dict:
         return {"drivers_upsized": self.drivers_upsized, "unsizable_drivers": len(self.unsizable),
-                "unsizable_examples": self.unsizable[:10], "wns_before_ns": self.wns_before_ns,
+                "unsizable_examples": self.unsizable[:10], "unmendable_pins": self.unmendable_pins, "wns_before_ns": self.wns_before_ns,
                 "wns_after_ns": self.wns_after_ns, "sizing": self.sizing.as_dict(areas), "margin": MARGIN}
 
 
@@ -114,7 +115,8 @@ def touch_up(sta: StaSession, ladders: dict[str, list[int]], over: dict[str, flo
     res = TouchUp()
     res.wns_before_ns = round(measure(sta)[0], 4)
     by_driver: dict[str, tuple[str, float]] = {}
-    for pin, (inst, cell) in drivers(sta, sorted(over)).items():
+    found = drivers(sta, sorted(over))
+    for pin, (inst, cell) in found.items():
         ratio = max(over[pin], by_driver.get(inst, (cell, 0.0))[1])
         by_driver[inst] = (cell, ratio)
     changes = {}
@@ -126,6 +128,7 @@ def touch_up(sta: StaSession, ladders: dict[str, list[int]], over: dict[str, flo
             changes[inst] = new
     swap(sta, changes)
     res.drivers_upsized = len(changes)
+    res.unmendable_pins = sorted(p for p in over if p not in found or found[p][0] not in changes)
     progress(f"touch-up: {len(over):,} pins over a transition or capacitance limit on {len(by_driver):,} nets; "
              f"{len(changes):,} drivers up-sized, {len(res.unsizable):,} cannot be")
     res.sizing = resize(sta, ladders, 0.0, max(0.0, budget_s - (time.monotonic() - t0)), progress)

@@ -62,3 +62,6 @@ def test_touch_up_finds_the_driver_in_opensta_and_up_sizes_it(tmp_path):
         assert done.drivers_upsized == 1 and not done.unsizable
         assert done.sizing.original["u2"] == "BUF_X1" and done.sizing.replaced["u2"] == "BUF_X4"  # 2.4 x 1.15
         assert sta.run("puts [get_property [get_cells u2] ref_name]").strip().endswith("BUF_X4")
+        assert done.unmendable_pins == []
+        port_driven = touchup.touch_up(sta, size_ladders(list(liberty_areas(lib))), {"u1/A": 1.5}, 10.0)
+        assert port_driven.drivers_upsized == 0 and port_driven.unmendable_pins == ["u1/A"]   # the input port a
