@@ -3,8 +3,7 @@
 Every standard cell stays in the row stretch it was placed in (so its orientation and its neighbours do
 not change) and moves along the row as little as this simple scheme allows: the stretch's cells in x
 order are pushed right where they overlap, then pushed back left from the stretch's end, on the site
-grid. A cell outside every stretch (a new one) joins the stretch nearest to it (x plus y distance) that has
-room, however far in y that is. A stretch
+grid. A cell outside every stretch (a new one) joins the stretch nearest to it that has room. A stretch
 whose cells are wider than it raises ``PlaceError`` with the row and the widths.
 """
 from __future__ import annotations
@@ -13,13 +12,6 @@ import bisect
 
 from flow.place_flat import Floorplan
 from flow.place_netlist import Design, PlaceError
-
-
-# Rows searched either side of a new cell's place, widening while a row further out could still be nearer: a
-# repeater whose place lies over a macro field taller than the first window (the nano weight store's shelves
-# are 450 um tall) goes to the row above or below it, not to the field's far edge (measured: six repeaters of
-# a 1.3 mm MAC net pushed to the two ends of the field, a 1,340 um wire between them)
-WINDOWS = (40, 160, 640, 1 << 30)
 
 
 def _stretches(fp: Floorplan) -> dict[int, list[tuple[int, int]]]:
@@ -39,23 +31,15 @@ def _home(rows: dict[int, list[tuple[int, int]]], ys_sorted: list[int], x: int, 
             return y, k
     best = None
     j = bisect.bisect_left(ys_sorted, y)
-    lo = hi = j                          # rows [lo, hi) searched so far, growing until no row outside can be nearer
-    for half in WINDOWS:
-        new_lo, new_hi = max(0, j - half), min(len(ys_sorted), j + half)
-        for yy in ys_sorted[new_lo:lo] + ys_sorted[hi:new_hi]:
-            for k, (a, b) in enumerate(rows[yy]):
-                if room[(yy, k)] >= w:
-                    dx = max(a - x, 0, x + w - b)
-                    cost = dx + abs(yy - y)
-                    if best is None or cost < best[0]:
-                        best = (cost, yy, k)
-        lo, hi = new_lo, new_hi
-        outside = min(([abs(ys_sorted[lo - 1] - y)] if lo > 0 else [])
-                      + ([abs(ys_sorted[hi] - y)] if hi < len(ys_sorted) else []), default=None)
-        if outside is None or (best is not None and best[0] <= outside):
-            break
+    for yy in ys_sorted[max(0, j - 40): j + 40]:
+        for k, (a, b) in enumerate(rows[yy]):
+            if room[(yy, k)] >= w:
+                dx = max(a - x, 0, x + w - b)
+                cost = dx + abs(yy - y)
+                if best is None or cost < best[0]:
+                    best = (cost, yy, k)
     if best is None:
-        raise PlaceError(f"no row has room for a cell {w} dbu wide (wanted near y={y})")
+        raise PlaceError(f"no row near y={y} has room for a cell {w} dbu wide")
     return best[1], best[2]
 
 

@@ -83,21 +83,6 @@ def test_relegalize_moves_a_cell_to_a_row_with_room_and_refuses_an_overfull_desi
         relegalize(d, fp, xs, ys, orient)
 
 
-def test_relegalize_puts_a_cell_over_a_macro_field_on_the_row_beyond_it_not_at_its_far_edge():
-    """Rows 40-159 are cut by a field of macros 2,100 sites wide (a stretch of 10 sites either side of it): a
-    repeater wanted in the middle of the field goes to the nearest row above or below (61 rows away),
-    not along the field's rows to its edge (1,040 sites away), as a narrow search window made it."""
-    rows = []
-    for r in range(200):
-        spans = [(0, 2100)] if r < 40 or r >= 160 else [(0, 10), (2090, 10)]
-        rows += [DefRow(f"R{r}_{a}", "core", a * 190, r * 1400, "N" if r % 2 == 0 else "FS", n, 190) for a, n in spans]
-    d = Design("t", comp_name=["rep"], comp_w=[380], comp_h=[1400], n_std=1)
-    fp = Floorplan((0, 0, 399_000, 280_000), rows, 1400, (0, 0, 399_000, 280_000), {}, [])
-    xs, ys, orient = [200_000], [100 * 1400 + 300], ["N"]
-    relegalize(d, fp, xs, ys, orient)
-    assert ys[0] in (39 * 1400, 160 * 1400) and abs(xs[0] - 200_000) < 400, (xs, ys)
-
-
 def test_hold_apply_puts_the_buffers_between_net_and_pin_in_order():
     module = {"cells": {"ff": {"type": "DFF_X1", "connections": {"D": [5], "CK": [2], "Q": [6]},
                                "port_directions": {"D": "input", "CK": "input", "Q": "output"}}},
