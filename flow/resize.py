@@ -89,15 +89,22 @@ def parse_stages(report: str) -> list[list[Stage]]:
     return paths
 
 
-def bigger(cell: str, load_ff: float, delay_ns: float, ladders: dict[str, list[int]]) -> str | None:
-    """The size ``cell`` should become for its load and delay, or None to keep it."""
+def larger_sizes(cell: str, ladders: dict[str, list[int]]) -> tuple[str, int, list[int]] | None:
+    """(function, drive, the larger drives of its ladder) of ``cell``; None when it has no larger size."""
     m = SIZED.match(cell)
     if not m or m.group(1) not in ladders:
         return None
     fam, n = m.group(1), int(m.group(2))
     up = [k for k in ladders[fam] if k > n]
-    if not up:
+    return (fam, n, up) if up else None
+
+
+def bigger(cell: str, load_ff: float, delay_ns: float, ladders: dict[str, list[int]]) -> str | None:
+    """The size ``cell`` should become for its load and delay, or None to keep it."""
+    ladder = larger_sizes(cell, ladders)
+    if ladder is None:
         return None
+    fam, n, up = ladder
     want = next((k for k in up if load_ff / k <= LOAD_PER_DRIVE_FF), up[-1])
     if load_ff / n <= LOAD_PER_DRIVE_FF:
         want = up[0] if delay_ns >= MIN_STAGE_DELAY_NS else n

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from flow.resize import SIZED, ResizeResult, measure, resize, swap
+from flow.resize import ResizeResult, larger_sizes, measure, resize, swap
 from flow.sta_session import StaSession
 
 MARGIN = 1.15
@@ -98,13 +98,10 @@ def drivers(sta: StaSession, pins: list[str]) -> dict[str, tuple[str, str]]:
 def stronger(cell: str, ratio: float, ladders: dict[str, list[int]]) -> str | None:
     """The smallest size of ``cell``'s function with ``ratio`` x ``MARGIN`` times its drive, else the
     largest bigger one; None when it has no bigger size."""
-    m = SIZED.match(cell)
-    if not m or m.group(1) not in ladders:
+    ladder = larger_sizes(cell, ladders)
+    if ladder is None:
         return None
-    fam, n = m.group(1), int(m.group(2))
-    up = [k for k in ladders[fam] if k > n]
-    if not up:
-        return None
+    fam, n, up = ladder
     return f"{fam}_X{next((k for k in up if k >= n * ratio * MARGIN), up[-1])}"
 
 
