@@ -337,7 +337,7 @@ def _result(top, placed, drv: tuple[dict, dict], sized, moved, held, areas, lega
                                                                       "worst_hold_path": v["worst_hold_path"]}
                for c, v in sta["corners"].items()}
     r = rules.as_dict()
-    setup_met = all(v["wns_ns"] is None or v["wns_ns"] >= 0 for v in corners.values())
+    setup_met = _setup_met({"corners": corners})
     fast = corners.get("fast", {})
     hold_met = fast.get("worst_hold_slack_ns") is None or fast["worst_hold_slack_ns"] >= 0
     slew = sum(v["max_transition_violations"] or 0 for v in corners.values())
