@@ -10,7 +10,9 @@ few millimetres away: 200 fF on a gate allowed 27 fF, 3.7 ns transitions at the 
   is short enough that its own wire does not spoil the transitions (``UPSIZE_MAX_WIRE_UM``): no new cell;
 * else flow/repair.py rebuilds it as a clustered buffer tree from the legal placement, with repeaters
   every ``REPEATER_SPACING_UM`` along each long edge (starting at the driver), and a buffer at the driver
-  when the tree's first level is still more than the driver may drive (``drive_limits``).
+  when the tree's first level is still more than the driver may drive (``drive_limits``) or the driver is
+  a macro (its pin lies inside a macro field: the buffer goes to the nearest free row, the macro drives
+  only the wire to it).
 
 The wider and new cells are fitted into the rows (flow/relegalize.py), and the netlist, DEF and SPEF are
 written again, so the timing repair that follows reads real wires. Only buffers are added and removed,
@@ -123,7 +125,8 @@ def repair_design(module: dict, state: dict, lef, sizes, top: str, caps, limits,
         cell_xy, port_xy, clock_bits = repair_positions(module, d, fp, xs, ys, dbu, clock)
         res = repair(module, cell_xy, port_xy, caps, areas, (rc.c_h + rc.c_v) / 2, steiner_factor, clock_bits,
                      progress, force=force, spacing_um=REPEATER_SPACING_UM, only_forced=True, keep=keep,
-                     drive_limit=drive_limits(module, limits))
+                     drive_limit=drive_limits(module, limits),
+                     buffer_first=frozenset(d.comp_key[d.n_std:]))
         verify(module, res)
         new_cells = res.new_cells
         summary |= {**res.as_dict(), "area_change_um2": round(res.area_added_um2 - res.area_removed_um2

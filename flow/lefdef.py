@@ -69,6 +69,7 @@ class Master:
     width_um: float = 0.0
     height_um: float = 0.0
     pins: dict[str, Pin] = field(default_factory=dict)
+    obs_layers: set[str] = field(default_factory=set)    # layers its OBS statements block
 
 
 @dataclass
@@ -134,6 +135,7 @@ HANDLERS = {
     ("PIN", "USE"): lambda lef, o, t: setattr(o, "use", t[1]),
     ("PORT", "LAYER"): lambda lef, o, t: setattr(o, "layer", o.layer or t[1]),
     ("PORT", "RECT"): lambda lef, o, t: o.rects.append(tuple(_f(x) for x in t[-4:])),
+    ("OBS", "LAYER"): lambda lef, o, t: o.obs_layers.add(t[1]),
 }
 
 
@@ -175,9 +177,11 @@ def _open_block(lef: Lef, stack, kind: str, name: str):
         return parent.pins[name]
     if kind == "PORT" and isinstance(parent, Pin):
         return parent                               # rectangles of the pin's ports accumulate on the pin
+    if kind == "OBS" and isinstance(parent, Master):
+        return parent                               # the layers a macro blocks (wires cross it above them)
     if kind == "UNITS":
         return lef
-    return None                                     # OBS, VIA, ...: nothing placement needs
+    return None                                     # VIA, ...: nothing placement needs
 
 
 # ---------------------------------------------------------------------------------------------- DEF

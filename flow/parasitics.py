@@ -11,7 +11,13 @@ Model, per net:
   (CPERSQDIST x width + 2 x EDGECAPACITANCE) per um come from the tech LEF (``RcModel.from_lef``);
 * network: a star from the driver pin to every sink pin, each branch with the resistance of the
   Manhattan path between them; the net's total wire capacitance is shared equally among its pins.
-  OpenSTA reduces it to a pi model plus Elmore delays per sink. Vias and coupling are not modelled.
+  OpenSTA reduces it to a pi model plus Elmore delays per sink. Vias and coupling are not modelled;
+* over a block macro: a macro's LEF ``OBS`` blocks its lower layers (fakeram45: metal1-metal4), so a wire
+  cannot cross it on metal3/metal4. The share of a branch that runs over a placed macro (``MacroShadow``;
+  the mean of the branch's two L-shaped routes) takes the resistance of the lowest horizontal / vertical
+  layer above every macro's obstructions (metal5 / metal6: 1.5 ohm/um against metal3's 3.6). Its
+  capacitance stays that of metal3/metal4, which is at least the upper layers' from the LEF (Nangate45's
+  metal5 EDGECAPACITANCE is a tenth of its neighbours'; no smaller figure is taken from it).
 """
 from __future__ import annotations
 
@@ -48,6 +54,9 @@ class RcModel:
     r_v: float
     c_h: float     # fF / um
     c_v: float
+    over_layers: tuple[str, str] = ("", "")    # (horizontal, vertical) layer of a wire over a block macro
+    r_h_over: float = 0.0
+    r_v_over: float = 0.0
 
     @classmethod
     def from_lef(cls, lef: Lef, h_layer: str = H_LAYER, v_layer: str = V_LAYER) -> "RcModel":
@@ -55,13 +64,75 @@ class RcModel:
         if missing:
             raise ValueError(f"tech LEF lacks RESISTANCE RPERSQ / CAPACITANCE for layers {missing}")
         h, v = lef.layers[h_layer], lef.layers[v_layer]
-        return cls(h_layer, v_layer, h.r_ohm_per_um, v.r_ohm_per_um, h.c_ff_per_um, v.c_ff_per_um)
+        oh, ov = over_macro_layers(lef) or (h, v)
+        return cls(h_layer, v_layer, h.r_ohm_per_um, v.r_ohm_per_um, h.c_ff_per_um, v.c_ff_per_um,
+                   (oh.name, ov.name), oh.r_ohm_per_um, ov.r_ohm_per_um)
 
     def as_dict(self) -> dict:
         return {"horizontal_layer": self.h_layer, "vertical_layer": self.v_layer,
                 "r_ohm_per_um": {self.h_layer: round(self.r_h, 5), self.v_layer: round(self.r_v, 5)},
                 "c_ff_per_um": {self.h_layer: round(self.c_h, 6), self.v_layer: round(self.c_v, 6)},
+                "over_macros": {"layers": list(self.over_layers),
+                                "r_ohm_per_um": [round(self.r_h_over, 5), round(self.r_v_over, 5)],
+                                "c": "that of the layers above"},
                 "length": "HPWL x Steiner factor (Cheng 1994)", "network": "star from the driver, C shared by pins"}
+
+
+def over_macro_layers(lef: Lef):
+    """(horizontal, vertical) routing layer with resistance data nearest above every layer that a block
+    macro's OBS blocks, or None when no macro blocks a routing layer."""
+    routing = [layer for layer in lef.layers.values() if layer.type == "ROUTING"]
+    blocked = set().union(*(m.obs_layers for m in lef.masters.values() if m.cls.startswith("BLOCK")))
+    top = max((k for k, layer in enumerate(routing) if layer.name in blocked), default=None)
+    if top is None:
+        return None
+    above = [layer for layer in routing[top + 1:] if layer.rpersq_ohm and layer.width_um]
+    h = next((layer for layer in above if layer.direction == "HORIZONTAL"), None)
+    v = next((layer for layer in above if layer.direction == "VERTICAL"), None)
+    if h is None or v is None:
+        raise ValueError(f"the tech LEF has no horizontal and vertical routing layer with resistance above "
+                         f"{routing[top].name}, the top layer that block macros obstruct")
+    return h, v
+
+
+class MacroShadow:
+    """The placed block macros' rectangles (um), binned, for the length of a wire that runs over them."""
+    BIN_UM = 100.0
+
+    def __init__(self, rects: list[tuple[float, float, float, float]]):
+        self.rects = rects
+        self.bins: dict[tuple[int, int], list[int]] = {}
+        for k, (x0, y0, x1, y1) in enumerate(rects):
+            for bx in range(int(x0 // self.BIN_UM), int(x1 // self.BIN_UM) + 1):
+                for by in range(int(y0 // self.BIN_UM), int(y1 // self.BIN_UM) + 1):
+                    self.bins.setdefault((bx, by), []).append(k)
+
+    def _near(self, x0: float, y0: float, x1: float, y1: float) -> set[int]:
+        b = self.BIN_UM
+        return {k for bx in range(int(x0 // b), int(x1 // b) + 1) for by in range(int(y0 // b), int(y1 // b) + 1)
+                for k in self.bins.get((bx, by), ())}
+
+    def touches(self, x0: float, y0: float, x1: float, y1: float) -> bool:
+        """Whether a box (lower left, upper right) shares a bin with a macro (cheap, may say yes wrongly)."""
+        b = self.BIN_UM
+        return any((bx, by) in self.bins for bx in range(int(x0 // b), int(x1 // b) + 1)
+                   for by in range(int(y0 // b), int(y1 // b) + 1))
+
+    def _h(self, y: float, xa: float, xb: float) -> float:
+        lo, hi = min(xa, xb), max(xa, xb)
+        rs = (self.rects[k] for k in self._near(lo, y, hi, y))
+        return sum(max(0.0, min(hi, x1) - max(lo, x0)) for x0, y0, x1, y1 in rs if y0 < y < y1)
+
+    def _v(self, x: float, ya: float, yb: float) -> float:
+        lo, hi = min(ya, yb), max(ya, yb)
+        rs = (self.rects[k] for k in self._near(x, lo, x, hi))
+        return sum(max(0.0, min(hi, y1) - max(lo, y0)) for x0, y0, x1, y1 in rs if x0 < x < x1)
+
+    def over(self, xa: float, ya: float, xb: float, yb: float) -> tuple[float, float]:
+        """(horizontal, vertical) um over macros of the Manhattan route from a to b: the mean of its two
+        L shapes (horizontal first at ``ya``, then vertical at ``xb``; vertical first at ``xa``)."""
+        return ((self._h(ya, xa, xb) + self._h(yb, xa, xb)) / 2,
+                (self._v(xb, ya, yb) + self._v(xa, ya, yb)) / 2)
 
 
 @dataclass(frozen=True)
@@ -114,25 +185,33 @@ def spef_header(design: str) -> str:
             f"*BUS_DELIMITER [ ]\n*T_UNIT 1 NS\n*C_UNIT 1 FF\n*R_UNIT 1 OHM\n*L_UNIT 1 HENRY\n\n")
 
 
-def net_rc(net: NetPins, rc: RcModel) -> tuple[float, float, list[float]]:
-    """(wire length um, wire capacitance fF, per-pin branch resistance ohm from the driver)."""
+def net_rc(net: NetPins, rc: RcModel, shadow: MacroShadow | None = None) -> tuple[float, float, list[float]]:
+    """(wire length um, wire capacitance fF, per-pin branch resistance ohm from the driver); with
+    ``shadow``, the branch lengths over its macros have the over-macro layers' resistance."""
     n = len(net.nodes)
-    dx, dy = max(net.x) - min(net.x), max(net.y) - min(net.y)
+    x0, y0, x1, y1 = min(net.x), min(net.y), max(net.x), max(net.y)
+    dx, dy = x1 - x0, y1 - y0
     k = steiner_factor(n)
     length = (dx + dy) * k
     cap = (dx * rc.c_h + dy * rc.c_v) * k
     d = net.is_driver.index(True) if True in net.is_driver else 0
-    res = [abs(net.x[i] - net.x[d]) * rc.r_h + abs(net.y[i] - net.y[d]) * rc.r_v for i in range(n)]
+    xd, yd = net.x[d], net.y[d]
+    res = [abs(net.x[i] - xd) * rc.r_h + abs(net.y[i] - yd) * rc.r_v for i in range(n)]
+    if shadow is not None and shadow.touches(x0, y0, x1, y1):
+        for i in range(n):
+            oh, ov = shadow.over(xd, yd, net.x[i], net.y[i])
+            res[i] -= oh * (rc.r_h - rc.r_h_over) + ov * (rc.r_v - rc.r_v_over)
     return length, cap, res
 
 
-def write_dnet(f: TextIO, net: NetPins, rc: RcModel, flat: bool = False) -> tuple[float, float]:
+def write_dnet(f: TextIO, net: NetPins, rc: RcModel, flat: bool = False,
+               shadow: MacroShadow | None = None) -> tuple[float, float]:
     """One *D_NET: an internal node ``<net>:1`` at the driver, a branch to every pin OpenSTA knows (``nodes``
     entries that are None, such as macro pins of the empty macro modules, count for the length only).
     ``flat``: names are those of a flat netlist (flow/repair.py ``write_verilog``): a net that reaches a
     port is named after the port bit, every other net and instance name is one escaped identifier.
-    Returns (length um, capacitance fF)."""
-    length, cap, res = net_rc(net, rc)
+    ``shadow``: the placed macros (``net_rc``). Returns (length um, capacitance fF)."""
+    length, cap, res = net_rc(net, rc, shadow)
     seen = [i for i, nd in enumerate(net.nodes) if nd is not None]
     if not seen:
         return length, cap

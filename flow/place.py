@@ -45,7 +45,7 @@ from flow.floorplan import RegionPlan, region_floorplan
 from flow.floorplan_out import draw_floorplan, floorplan_json
 from flow.lefdef import DefComponent, DefPin, Lef, LefError, read_lef, write_def
 from flow.macro_map import MACRO_KEEPOUT_UM, MacroMapError, storage_lib, table
-from flow.parasitics import NetPins, RcModel, spef_header, steiner_factor, write_dnet
+from flow.parasitics import MacroShadow, NetPins, RcModel, spef_header, steiner_factor, write_dnet
 from flow.place_flat import (MAX_PLACE_FANOUT, PLACER_DENSITY, Floorplan, RowSpots, floorplan, global_placement,
                              legalize, pin_xy, snap_to_sites)
 from flow.place_netlist import (Design, PlaceError, build_design, flatten, flatten_worker, inst_path, net_names,
@@ -117,6 +117,17 @@ def repair_nets(module: dict, d: Design, fp: Floorplan, xs: list[int], ys: list[
 
 # ---------------------------------------------------------------------------------------------- outputs
 
+def macro_shadow(d: Design, xs, ys, orient, dbu: int) -> MacroShadow:
+    """The placed macros' rectangles (um) for the wire estimates (flow/parasitics.py)."""
+    rects = []
+    for i in range(d.n_std, len(d.comp_name)):
+        w, h = d.comp_w[i], d.comp_h[i]
+        if orient[i] in ("E", "W", "FE", "FW"):
+            w, h = h, w
+        rects.append((xs[i] / dbu, ys[i] / dbu, (xs[i] + w) / dbu, (ys[i] + h) / dbu))
+    return MacroShadow(rects)
+
+
 def write_outputs(d: Design, fp: Floorplan, lef: Lef, xs, ys, orient, stage: Path, rc: RcModel) -> dict:
     dbu = lef.dbu
     comps = [DefComponent(d.comp_name[i], d.comp_master[i], xs[i], ys[i], orient[i], i >= d.n_std)
@@ -127,6 +138,7 @@ def write_outputs(d: Design, fp: Floorplan, lef: Lef, xs, ys, orient, stage: Pat
         pins.append(DefPin(name, name, "INPUT" if d.io_dir[k] == "input" else "OUTPUT", PIN_LAYERS[edge], x, y,
                            round(0.035 * dbu)))
     hpwl, wire, cap, nets = 0.0, 0.0, 0.0, []
+    shadow = macro_shadow(d, xs, ys, orient, dbu)
     spef = stage / f"{d.top}.spef"
     with open(spef, "w") as f:
         f.write(spef_header(d.top))
@@ -136,7 +148,7 @@ def write_outputs(d: Design, fp: Floorplan, lef: Lef, xs, ys, orient, stage: Pat
             hpwl += max(px) - min(px) + max(py) - min(py)
             nets.append((name, [("PIN", p[1]) if p[0] < 0 else (d.comp_name[p[0]], p[1]) for p in pins_]))
             net = NetPins(name, [p[4] for p in pins_], [p[0] < 0 for p in pins_], [p[5] for p in pins_], px, py)
-            length, c = write_dnet(f, net, rc, flat=True)
+            length, c = write_dnet(f, net, rc, flat=True, shadow=shadow)
             wire += length
             cap += c
     write_def(stage / f"{d.top}.def", d.top, dbu, fp.die, fp.rows, comps, pins, nets)

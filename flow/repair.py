@@ -123,6 +123,17 @@ class _Netlist:
             bit = self.cells[key]["connections"]["A"][0]
 
 
+def _driver_xy(cell: dict, key: str, bit: int, cell_xy: dict) -> tuple[float, float] | None:
+    """Where the output pin of cell ``key`` that drives ``bit`` lies: its own position for a macro whose
+    pins lie apart (an msh_sram's tiles), else the cell's centre."""
+    for pin, bits in cell["connections"].items():
+        if cell.get("port_directions", {}).get(pin) == "output" and bit in bits:
+            pos = cell_xy.get((key, pin, bits.index(bit)))
+            if pos is not None:
+                return pos
+    return cell_xy.get(key)
+
+
 def _move_output(cell: dict, old: int, new: int) -> None:
     """The output pin bit of ``cell`` on bit ``old`` drives bit ``new`` instead."""
     for pin, bits in cell["connections"].items():
@@ -250,7 +261,8 @@ def repair(module: dict, cell_xy: dict, port_xy: dict[int, tuple[float, float]],
            caps: dict[tuple[str, str], float], areas: dict[str, float], c_per_um: float, steiner,
            clock_bits: set[int], progress=lambda msg: None, force: frozenset[int] = frozenset(),
            spacing_um: float | None = None, only_forced: bool = False,
-           keep: frozenset[str] = frozenset(), drive_limit=None) -> RepairResult:
+           keep: frozenset[str] = frozenset(), drive_limit=None,
+           buffer_first: frozenset[str] = frozenset()) -> RepairResult:
     """Rebuilds, in ``module`` (a flat Yosys JSON module, edited in place), every logical net with more than
     ``MAX_FANOUT`` sinks as a clustered buffer tree, and so the logical nets whose source bit is in
     ``force`` whatever their fanout. ``cell_xy``: placed centre of every cell (um), and where a cell's pins
@@ -263,7 +275,10 @@ def repair(module: dict, cell_xy: dict, port_xy: dict[int, tuple[float, float]],
     not removed: a rebuilt net ends at them (sign-off's hold and load-isolation buffers).
     ``drive_limit(driver cell key or None for a port, bit)``: the driver's max capacitance (fF) or None; a
     rebuilt net whose first level (wires to its top buffers and their inputs) is more than that gets one
-    more buffer, at the driver, in front of it (a weak gate such as NOR4_X1 may drive 10 fF)."""
+    more buffer, at the driver, in front of it (a weak gate such as NOR4_X1 may drive 10 fF). A rebuilt net
+    driven by a cell in ``buffer_first`` (with ``drive_limit``) always gets that buffer: a macro's pin lies
+    inside a macro field, where the first repeaters of the estimate cannot stay (re-legalisation moves them
+    to the field's edge, and the macro would drive the wire to them)."""
     net = _Netlist.of(module, keep)
     builder = TreeBuilder(caps, c_per_um, steiner)
     res = RepairResult()
@@ -293,7 +308,7 @@ def repair(module: dict, cell_xy: dict, port_xy: dict[int, tuple[float, float]],
             x, y = pos
             sinks.append(_Node(x, y, caps.get((net.cells[key]["type"], pin), DEFAULT_PIN_CAP_FF), sink=(key, pin, j)))
         drv = net.driver.get(root)
-        at = port_xy.get(root) if drv is None else cell_xy.get(drv)
+        at = port_xy.get(root) if drv is None else _driver_xy(net.cells[drv], drv, root, cell_xy)
         port = root in out_ports and at is not None and root in port_xy
         if port:                                # the port's wire is rebuilt too: a buffer drives the port bit
             sinks.append(_Node(*port_xy[root], DEFAULT_PIN_CAP_FF, sink=PORT_SINK))
@@ -302,7 +317,7 @@ def repair(module: dict, cell_xy: dict, port_xy: dict[int, tuple[float, float]],
             top = builder.repeaters(at[0], at[1], top, spacing_um)
         if drive_limit is not None and at is not None and top:
             limit = drive_limit(drv, root)
-            if limit is not None and builder.load_at(at[0], at[1], top) > limit:
+            if drv in buffer_first or (limit is not None and builder.load_at(at[0], at[1], top) > limit):
                 top = [builder.buffer_at(at[0], at[1], top)]
         if port:
             top = [builder.buffer_at(at[0], at[1], [n]) if n.sink == PORT_SINK else n for n in top]

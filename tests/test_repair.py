@@ -286,3 +286,26 @@ def test_an_output_port_far_from_its_driver_gets_repeaters(liberty):
     assert len(xs) >= 3 and all(b - a <= 250.0 + 1e-9 for a, b in zip([0.0] + xs, xs + [900.0]))
     first = [res.new_cells[k] for k, c in m["cells"].items() if c["connections"].get("A") == [drive]]
     assert first and all(x <= 250.0 for x, _ in first)          # the gate drives nothing far (verify: s reaches it)
+
+
+def test_a_macro_output_starts_its_rebuilt_net_with_a_buffer_at_its_pin(liberty):
+    """A macro's output bit (r_data 5, on a tile at x = 0) drives a sink 600 um away. Its rebuilt net starts
+    with one buffer at that pin, not at the cell's first tile (x = 900) and not 250 um out: on the nano chip
+    the first repeaters of a weight-store pin inside the macro field were moved to the field's edges, and the
+    fakeram drove 1,701 um of wire (104 fF over its 100 fF). Without ``buffer_first`` the chain starts 250 um
+    out, as for any driver within its limit."""
+    def module():
+        cells = {"ram": {"type": "msh_sram_32x64", "port_directions": {"r_data": "output"},
+                         "connections": {"r_data": [20 + j for j in range(5)] + [10] + [30 + j for j in range(58)]}},
+                 "g": {"type": "INV_X1", "port_directions": {"A": "input", "ZN": "output"},
+                       "connections": {"A": [10], "ZN": [11]}}}
+        return {"ports": {"q": {"direction": "output", "bits": [11]}}, "cells": cells, "netnames": {}}
+    xy = {"ram": (900.0, 0.0), ("ram", "r_data", 5): (0.0, 0.0), "g": (600.0, 0.0)}
+    for first, first_x in ((frozenset({"ram"}), 0.0), (frozenset(), 250.0)):
+        m = module()
+        res = repair(m, xy, {11: (600, 0)}, input_caps(liberty.read_text()), liberty_areas(liberty), 0.058,
+                     steiner_factor, set(), force=frozenset({10}), spacing_um=250.0, only_forced=True,
+                     drive_limit=lambda key, bit: None, buffer_first=first)
+        verify(m, res)
+        head = [k for k, c in m["cells"].items() if c["connections"].get("A") == [10]]
+        assert len(head) == 1 and res.new_cells[head[0]] == (first_x, 0.0), (first, res.new_cells)
