@@ -12,9 +12,7 @@ few millimetres away: 200 fF on a gate allowed 27 fF, 3.7 ns transitions at the 
   every ``REPEATER_SPACING_UM`` along each long edge (starting at the driver), and a buffer at the driver
   when the tree's first level is still more than the driver may drive (``drive_limits``) or the driver is
   a macro (its pin lies inside a macro field: the buffer goes to the nearest free row, the macro drives
-  only the wire to it). Repeaters stand on the nearest free row (``row_snap``); over a macro field,
-  where the nearest row is more than half a spacing away, there is none, and the one before the field is
-  sized for the wire across it (the wire runs above the macros, flow/parasitics.py).
+  only the wire to it).
 
 The wider and new cells are fitted into the rows (flow/relegalize.py), and the netlist, DEF and SPEF are
 written again, so the timing repair that follows reads real wires. Only buffers are added and removed,
@@ -32,7 +30,6 @@ from pathlib import Path
 from flow import design_rules
 from flow.parasitics import steiner_factor
 from flow.place import repair_positions, write_outputs
-from flow.place_flat import RowSpots
 from flow.place_netlist import build_design, inst_path, net_names, progress
 from flow.relegalize import relegalize
 from flow.repair import repair, verify, write_verilog
@@ -94,16 +91,6 @@ def drive_limits(module: dict, limits: dict[tuple[str, str], float]):
     return limit
 
 
-def row_snap(fp, dbu: int):
-    """(x, y) um -> the nearest point (um) on a free row stretch of the floorplan (a buffer's centre row)."""
-    spots = RowSpots(fp)
-
-    def snap(x: float, y: float) -> tuple[float, float]:
-        nx, ny = spots.nearest(round(x * dbu), round(y * dbu), 0)
-        return nx / dbu, (ny + fp.row_height / 2) / dbu
-    return snap
-
-
 def repair_design(module: dict, state: dict, lef, sizes, top: str, caps, limits, areas, rc, clock: str,
                   out: Path | None, keep: frozenset[str] = frozenset()) -> tuple[tuple, dict]:
     """Fixes every net of the placed ``state`` that breaks max capacitance: a stronger driver where one
@@ -139,7 +126,7 @@ def repair_design(module: dict, state: dict, lef, sizes, top: str, caps, limits,
         res = repair(module, cell_xy, port_xy, caps, areas, (rc.c_h + rc.c_v) / 2, steiner_factor, clock_bits,
                      progress, force=force, spacing_um=REPEATER_SPACING_UM, only_forced=True, keep=keep,
                      drive_limit=drive_limits(module, limits),
-                     buffer_first=frozenset(d.comp_key[d.n_std:]), snap=row_snap(fp, dbu))
+                     buffer_first=frozenset(d.comp_key[d.n_std:]))
         verify(module, res)
         new_cells = res.new_cells
         summary |= {**res.as_dict(), "area_change_um2": round(res.area_added_um2 - res.area_removed_um2

@@ -174,9 +174,8 @@ def _split(nodes: list[_Node], max_n: int, max_span: float | None) -> list[list[
 
 
 class TreeBuilder:
-    def __init__(self, caps: dict[tuple[str, str], float], c_per_um: float, steiner, snap=None):
+    def __init__(self, caps: dict[tuple[str, str], float], c_per_um: float, steiner):
         self.caps, self.c_per_um, self.steiner = caps, c_per_um, steiner
-        self.snap = snap      # (x, y) um -> the nearest point on a free row; None: any point will do
         self.buffers = [b for b in BUFFERS if b not in DONT_USE and (b, "A") in caps]
         if not self.buffers:
             raise RepairError(f"the liberty describes none of the buffers {BUFFERS}")
@@ -193,10 +192,7 @@ class TreeBuilder:
 
     def repeaters(self, x: float, y: float, nodes: list[_Node], spacing: float) -> list[_Node]:
         """``nodes`` as driven from (x, y), each that lies ``spacing`` um or more away behind a chain of
-        buffers along the L-shaped route (x first), one every ``spacing`` um; the same below every buffer.
-        With ``snap``, each repeater stands on the nearest free row, and one whose row is more than half a
-        spacing away is left out: over a macro field the wire runs on without it, and the repeater before
-        it is sized for that wire (re-legalisation would have moved it to the field's edge anyway)."""
+        buffers along the L-shaped route (x first), one every ``spacing`` um; the same below every buffer."""
         out = []
         for n in nodes:
             if n.children:
@@ -208,11 +204,6 @@ class TreeBuilder:
                 t = k * spacing
                 px, py = (x + t * (1 if dx > 0 else -1), y) if t <= abs(dx) else \
                     (x + dx, y + (t - abs(dx)) * (1 if dy > 0 else -1))
-                if self.snap is not None:
-                    sx, sy = self.snap(px, py)
-                    if abs(sx - px) + abs(sy - py) > spacing / 2:
-                        continue
-                    px, py = sx, sy
                 node = self.buffer_at(px, py, [node])
             out.append(node)
         return out
@@ -271,7 +262,7 @@ def repair(module: dict, cell_xy: dict, port_xy: dict[int, tuple[float, float]],
            clock_bits: set[int], progress=lambda msg: None, force: frozenset[int] = frozenset(),
            spacing_um: float | None = None, only_forced: bool = False,
            keep: frozenset[str] = frozenset(), drive_limit=None,
-           buffer_first: frozenset[str] = frozenset(), snap=None) -> RepairResult:
+           buffer_first: frozenset[str] = frozenset()) -> RepairResult:
     """Rebuilds, in ``module`` (a flat Yosys JSON module, edited in place), every logical net with more than
     ``MAX_FANOUT`` sinks as a clustered buffer tree, and so the logical nets whose source bit is in
     ``force`` whatever their fanout. ``cell_xy``: placed centre of every cell (um), and where a cell's pins
@@ -287,10 +278,9 @@ def repair(module: dict, cell_xy: dict, port_xy: dict[int, tuple[float, float]],
     more buffer, at the driver, in front of it (a weak gate such as NOR4_X1 may drive 10 fF). A rebuilt net
     driven by a cell in ``buffer_first`` (with ``drive_limit``) always gets that buffer: a macro's pin lies
     inside a macro field, where the first repeaters of the estimate cannot stay (re-legalisation moves them
-    to the field's edge, and the macro would drive the wire to them). ``snap``: (x, y) um -> the nearest
-    point on a free row, where that buffer and the repeaters stand (``TreeBuilder.repeaters``)."""
+    to the field's edge, and the macro would drive the wire to them)."""
     net = _Netlist.of(module, keep)
-    builder = TreeBuilder(caps, c_per_um, steiner, snap)
+    builder = TreeBuilder(caps, c_per_um, steiner)
     res = RepairResult()
     next_bit = 1 + max([b for b in net.driver] + [b for b in net.sinks] + [1])
     taken = set(module["cells"])
@@ -323,14 +313,11 @@ def repair(module: dict, cell_xy: dict, port_xy: dict[int, tuple[float, float]],
         if port:                                # the port's wire is rebuilt too: a buffer drives the port bit
             sinks.append(_Node(*port_xy[root], DEFAULT_PIN_CAP_FF, sink=PORT_SINK))
         top = builder.build(sinks) if sinks else []
-        first = drv in buffer_first and at is not None and drive_limit is not None
-        if first and snap is not None:
-            at = snap(*at)                      # the buffer in front of the macro, and the chain behind it
         if spacing_um and at is not None:
             top = builder.repeaters(at[0], at[1], top, spacing_um)
         if drive_limit is not None and at is not None and top:
             limit = drive_limit(drv, root)
-            if first or (limit is not None and builder.load_at(at[0], at[1], top) > limit):
+            if drv in buffer_first or (limit is not None and builder.load_at(at[0], at[1], top) > limit):
                 top = [builder.buffer_at(at[0], at[1], top)]
         if port:
             top = [builder.buffer_at(at[0], at[1], [n]) if n.sink == PORT_SINK else n for n in top]

@@ -10,7 +10,7 @@ import pytest
 import flow.repair as repair_mod
 from flow.parasitics import steiner_factor
 from flow.place import place
-from flow.repair import RepairError, TreeBuilder, _Node, _split, input_caps, repair, verify
+from flow.repair import RepairError, _Node, _split, input_caps, repair, verify
 from flow.synth import liberty_areas, synthesize
 from pdk_config import find_pdk
 
@@ -301,37 +301,11 @@ def test_a_macro_output_starts_its_rebuilt_net_with_a_buffer_at_its_pin(liberty)
                        "connections": {"A": [10], "ZN": [11]}}}
         return {"ports": {"q": {"direction": "output", "bits": [11]}}, "cells": cells, "netnames": {}}
     xy = {"ram": (900.0, 0.0), ("ram", "r_data", 5): (0.0, 0.0), "g": (600.0, 0.0)}
-
-    def field(x, y):            # a macro field over -50 < x < 150: a point in it moves to the nearer edge
-        return ((-50.0 if x < 50.0 else 150.0) if -50.0 < x < 150.0 else x), y
-    for first, snap, first_x in ((frozenset({"ram"}), None, 0.0), (frozenset(), None, 250.0),
-                                 (frozenset({"ram"}), field, -50.0)):
+    for first, first_x in ((frozenset({"ram"}), 0.0), (frozenset(), 250.0)):
         m = module()
         res = repair(m, xy, {11: (600, 0)}, input_caps(liberty.read_text()), liberty_areas(liberty), 0.058,
                      steiner_factor, set(), force=frozenset({10}), spacing_um=250.0, only_forced=True,
-                     drive_limit=lambda key, bit: None, buffer_first=first, snap=snap)
+                     drive_limit=lambda key, bit: None, buffer_first=first)
         verify(m, res)
         head = [k for k, c in m["cells"].items() if c["connections"].get("A") == [10]]
         assert len(head) == 1 and res.new_cells[head[0]] == (first_x, 0.0), (first, res.new_cells)
-
-
-def test_repeaters_over_a_macro_field_are_left_out(liberty):
-    """A sink 1,200 um from its driver, repeaters every 250 um, a macro field over 300 < x < 900: the
-    repeaters that would stand in the field (500, 750: their nearest rows are 200 and 150 um away) are left
-    out, the one at 250 drives the wire across the field to the one at 1,000."""
-    caps = input_caps(liberty.read_text())
-
-    def field(x, y):
-        return ((300.0 if x < 600.0 else 900.0) if 300.0 < x < 900.0 else x), y
-    sink = _Node(1200.0, 0.0, 1.0, sink=("g", "A", 0))
-    chain = TreeBuilder(caps, 0.058, steiner_factor, field).repeaters(0.0, 0.0, [sink], 250.0)
-    xs = []
-    node = chain[0]
-    while node.children:
-        xs.append(node.x)
-        node = node.children[0]
-    assert xs == [250.0, 1000.0] and node is sink
-    plain = TreeBuilder(caps, 0.058, steiner_factor).repeaters(0.0, 0.0, [_Node(1200.0, 0.0, 1.0, sink=("g", "A", 0))], 250.0)
-    assert plain[0].x == 250.0 and plain[0].children[0].x == 500.0
-    big = TreeBuilder(caps, 0.058, steiner_factor, field)
-    assert big.load_at(250.0, 0.0, chain[0].children) > big.load_at(250.0, 0.0, plain[0].children)
