@@ -20,7 +20,9 @@ error; each must be within 2 % and the run itself must pass bit-exact.
 
 Area: the "Chip area" of build/synth/synth.json (standard cells) plus the SPEC §5 price of the
 chip's macros (1 mm²/Mibit) when that file holds a synthesis of msh_chip_top; otherwise the JSON
-says "not synthesized" and names the command that makes it.
+says "not synthesized" and names the command that makes it. After repair: the cells of
+build/signoff/signoff.json (placement's and sign-off's buffers and sizes) plus the same macro price,
+when that sign-off is of the same RTL.
 
 Timings (``timings``): seconds the fixed-point model and the float golden model take for 64 nano
 positions on this machine (measured, never asserted: a test must not depend on the machine's load).
@@ -223,7 +225,25 @@ def area(synth_json: Path) -> dict:
     a = d["area"]
     return {"status": "synthesized", "source": str(synth_json), "logic_mm2": a["logic_um2"] / 1e6,
             "macro_mm2": a["macro_um2"] / 1e6, "total_mm2": a["total_um2"] / 1e6,
-            "cells": d["cells"]["count"], "macro_bits": d["macros"]["bits"]}
+            "cells": d["cells"]["count"], "macro_bits": d["macros"]["bits"],
+            "after_repair": area_after_repair(synth_json.parent.parent / "signoff" / "signoff.json", d)}
+
+
+def area_after_repair(signoff_json: Path, synth: dict) -> dict:
+    """Priced area of the signed-off chip: the cells after placement's and sign-off's repair (buffers,
+    sizes) plus the same macro price, from the sign-off of this synthesis (same config hash) next to it."""
+    how = "make signoff  (python -m flow.signoff after make place)"
+    if not signoff_json.exists():
+        return {"status": "no sign-off", "reason": f"{signoff_json} not found", "command": how}
+    so = json.loads(signoff_json.read_text())
+    if so.get("synth_config_sha256") != synth.get("rtl", {}).get("config_sha256"):
+        return {"status": "no sign-off", "reason": f"{signoff_json} is of another RTL than the synthesis",
+                "command": how}
+    cells, macros = so["std_cell_area_um2"] / 1e6, synth["area"]["macro_um2"] / 1e6
+    budget = synth["area"]["budget_um2"] / 1e6
+    return {"status": "signed off" if so["signed_off"] else "not signed off", "source": str(signoff_json),
+            "cells_mm2": cells, "macro_mm2": macros, "total_mm2": cells + macros, "budget_mm2": budget,
+            "within_budget": cells + macros <= budget}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -260,6 +280,13 @@ def print_table(bench: dict) -> None:
     if a["status"] == "synthesized":
         print(f"\narea {a['total_mm2']:.4f} mm² ({a['logic_mm2']:.4f} cells + {a['macro_mm2']:.4f} macros): "
               f"{bench['tokens_per_s_per_mm2']:.0f} tokens/s per mm²")
+        r = a["after_repair"]
+        if "total_mm2" in r:
+            print(f"after repair ({r['status']}): {r['total_mm2']:.4f} mm² ({r['cells_mm2']:.4f} cells + "
+                  f"{r['macro_mm2']:.4f} macros), {'within' if r['within_budget'] else 'OVER'} the "
+                  f"{r['budget_mm2']:g} mm² budget")
+        else:
+            print(f"after repair: {r['status']} ({r['reason']}); run: {r['command']}")
     else:
         print(f"\narea: {a['status']} ({a['reason']}); run: {a['command']}")
 

@@ -1,0 +1,38 @@
+"""verification/bench.py: the priced area after repair comes from the sign-off of the same synthesis."""
+import json
+
+import pytest
+
+from verification.bench import area
+
+SYNTH = {"top": "msh_chip_top", "rtl": {"config_sha256": "abc"}, "cells": {"count": 10}, "macros": {"bits": 8},
+         "area": {"logic_um2": 2_300_000.0, "macro_um2": 1_450_000.0, "total_um2": 3_750_000.0,
+                  "budget_um2": 4_000_000.0}}
+
+
+def _write(tmp_path, signoff: dict | None) -> dict:
+    (tmp_path / "synth").mkdir()
+    (tmp_path / "synth" / "synth.json").write_text(json.dumps(SYNTH))
+    if signoff is not None:
+        (tmp_path / "signoff").mkdir()
+        (tmp_path / "signoff" / "signoff.json").write_text(json.dumps(signoff))
+    return area(tmp_path / "synth" / "synth.json")
+
+
+def test_area_after_repair_adds_the_repaired_cells_to_the_macro_price(tmp_path):
+    a = _write(tmp_path, {"synth_config_sha256": "abc", "signed_off": True, "std_cell_area_um2": 2_600_000.0})
+    r = a["after_repair"]
+    assert a["total_mm2"] == pytest.approx(3.75)
+    assert r["status"] == "signed off" and r["total_mm2"] == pytest.approx(2.6 + 1.45)
+    assert r["within_budget"] is False and r["budget_mm2"] == pytest.approx(4.0)
+
+
+def test_area_after_repair_needs_a_signoff_of_the_same_rtl(tmp_path):
+    a = _write(tmp_path, {"synth_config_sha256": "other", "signed_off": True, "std_cell_area_um2": 1.0})
+    assert a["after_repair"]["status"] == "no sign-off" and "another RTL" in a["after_repair"]["reason"]
+    assert "total_mm2" not in a["after_repair"]
+
+
+def test_area_after_repair_without_a_signoff_names_the_command(tmp_path):
+    r = _write(tmp_path, None)["after_repair"]
+    assert r["status"] == "no sign-off" and "make signoff" in r["command"]
