@@ -20,8 +20,9 @@ Yosys + ABC on Nangate45 within 2 %; docs/macro_mapping.md tabulates where flip-
 constant table synthesised into gates. The mapping records it with no macros.
 
 fakeram45 macros have one read/write port (``addr_in``, ``we_in``, ``ce_in``); ``msh_sram`` has a read
-and a write port per cycle. The mapping prices bits and area; flow/orfs.py's macro wrapper gives the write
-priority and drops a read issued in the same cycle (docs/pnr.md); its flip-flop arrays have both ports.
+and a write port per cycle. The mapping prices bits and area; flow/orfs_storage.py's macro wrapper gives
+the write priority and drops a read issued in the same cycle (docs/pnr.md); its flip-flop arrays have
+both ports.
 """
 from __future__ import annotations
 
@@ -105,7 +106,7 @@ def storage_lib(pdk: Pdk, cache: Path) -> StorageLib:
 
 
 def flop_area_um2(depth: int, width: int, lib: StorageLib) -> float:
-    """Cell area of ``depth`` x ``width`` as flip-flops (flow/orfs.py ``sram_flops``): every bit a DFF_X1
+    """Cell area of ``depth`` x ``width`` as flip-flops (flow/orfs_storage.py ``sram_flops``): every bit a DFF_X1
     with its hold mux, a (depth - 1)-mux tree per data bit for the read, the registered rdata (a DFF_X1
     and a hold mux per bit: it keeps its value while re is low) and one AND2 per word and byte for the
     write enables (word select & wstrb)."""
@@ -117,7 +118,7 @@ def flop_area_um2(depth: int, width: int, lib: StorageLib) -> float:
 
 
 def wrapper_area_um2(width: int, rows: int, lib: StorageLib) -> float:
-    """Cell area beside a ``rows``-deep macro grid (flow/orfs.py ``sram_wrapper``): the rdata hold register
+    """Cell area beside a ``rows``-deep macro grid (flow/orfs_storage.py ``sram_wrapper``): the rdata hold register
     (a DFF_X1 and a mux per bit; the mux also selects rdata, ``rd_q ? word : hold_q``), the rows:1 read
     mux, and the read-valid and row-select flops."""
     return width * (lib.dff_um2 + lib.mux2_um2) + width * (rows - 1) * lib.mux2_um2 + 2 * lib.dff_um2

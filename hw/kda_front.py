@@ -39,7 +39,7 @@ def banked_sram(m: Module, name: str, depth: int, width: int, stride: int) -> di
     """One array of ``depth`` words as two msh_srams ``<name>0`` / ``<name>1`` of depth / 2 (the same bits,
     SPEC §5), with msh_sram's ports. Address bit b, the lowest set bit of ``stride``, picks the bank: a
     read of address a + stride (any a) in the cycle that writes a always uses the other bank, as
-    fakeram45 needs (one port: flow/orfs.py drops a read issued beside a write). ``rdata`` comes from
+    fakeram45 needs (one port: flow/orfs_storage.py drops a read issued beside a write). ``rdata`` comes from
     the bank of the last read, so it holds between reads as msh_sram's does."""
     if not isinstance(stride, int) or stride < 1:
         raise ValueError(f"{name}: stride must be a positive integer, got {stride!r}")

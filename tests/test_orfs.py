@@ -1,7 +1,7 @@
-"""flow.orfs: the ORFS design generated for tests/data/mac_sram and for a storage design written here
-(a ROM larger than ORFS's default memory limit, an msh_sram cheaper as flip-flops), the msh_sram wrappers
-and flip-flop arrays against the msh_sram simulation model, ORFS's own Yosys steps up to its memory
-check, the runner's refusal without docker/FLOW_HOME, and the metrics parser."""
+"""flow.orfs and flow.orfs_storage: the ORFS design generated for tests/data/mac_sram and for a storage
+design written here (a ROM larger than ORFS's default memory limit, an msh_sram cheaper as flip-flops),
+the msh_sram wrappers and flip-flop arrays against the msh_sram simulation model, ORFS's own Yosys steps
+up to its memory check, the runner's refusal without docker/FLOW_HOME, and the metrics parser."""
 import dataclasses
 import json
 import random
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from flow import orfs
+from flow import orfs, orfs_storage
 from flow.macro_map import lef_size, map_sram, storage_lib
 from flow.orfs_metrics import MetricsError, collect_metrics
 from flow.place import _read_lefs, build_design, flatten
@@ -243,7 +243,7 @@ def test_sram_wrappers_match_the_model(tmp_path, lib):
     assert all(m.impl == "macros" for m in maps.values())
     assert any(m.rows > 1 for m in maps.values()) and any(m.cols > 1 for m in maps.values())
     rams = sorted({(m.macro.depth, m.macro.width) for m in maps.values()})
-    dut = (orfs.sram_dispatch(shapes) + "".join(orfs.sram_wrapper(maps[s]) for s in shapes)
+    dut = (orfs_storage.sram_dispatch(shapes) + "".join(orfs_storage.sram_wrapper(maps[s]) for s in shapes)
            + "".join(fakeram_model(*r) for r in rams))
     reads, collisions, errors, out = _run_bench(tmp_path, dut, _sram_bench(shapes, 12000))
     assert errors == 0, out[-2000:]
@@ -253,8 +253,8 @@ def test_sram_wrappers_match_the_model(tmp_path, lib):
 
 def test_collision_is_reported_in_simulation(tmp_path, lib):
     m = map_sram("t", 64, 32, lib)
-    assert "read and write in one cycle" in orfs.sram_wrapper(m)
-    assert "`ifndef SYNTHESIS" in orfs.sram_wrapper(m)
+    assert "read and write in one cycle" in orfs_storage.sram_wrapper(m)
+    assert "`ifndef SYNTHESIS" in orfs_storage.sram_wrapper(m)
 
 
 # (depth, width) of flip-flop arrays: the issue's 2 x 512, the last flip-flop depths at 32, 24 and 8 bits
@@ -267,7 +267,7 @@ def test_flop_srams_match_the_model(tmp_path, lib):
     rdata held while re is low."""
     maps = {s: map_sram(f"t{s[0]}x{s[1]}", *s, lib) for s in FLOP_SHAPES}
     assert all(m.impl == "flops" for m in maps.values()), {s: m.impl for s, m in maps.items()}
-    dut = orfs.sram_dispatch(FLOP_SHAPES) + "".join(orfs.sram_flops(maps[s]) for s in FLOP_SHAPES)
+    dut = orfs_storage.sram_dispatch(FLOP_SHAPES) + "".join(orfs_storage.sram_flops(maps[s]) for s in FLOP_SHAPES)
     reads, collisions, errors, out = _run_bench(tmp_path, dut, _sram_bench(FLOP_SHAPES, 6000, collide=True))
     print(f"seed {SEED}: {reads} reads, {collisions} at the address written in the same cycle, {errors} mismatches")
     assert errors == 0, out[-2000:]
@@ -302,8 +302,8 @@ def test_flop_area_estimate_matches_yosys(tmp_path, lib, depth, width):
     """The threshold's flip-flop area against what Yosys + ABC make of sram_flops, on both sides of the
     threshold at 32 bits: within 2 %, and Yosys's own area makes the same choice."""
     m = map_sram("t", depth, width, lib)
-    flops = orfs.sram_flops(dataclasses.replace(m, impl="flops"))
-    area = _yosys_area(tmp_path, flops, orfs.sram_module_name(depth, width))
+    flops = orfs_storage.sram_flops(dataclasses.replace(m, impl="flops"))
+    area = _yosys_area(tmp_path, flops, orfs_storage.sram_module_name(depth, width))
     print(f"{depth}x{width}: estimate {m.flop_um2:.1f} um2, Yosys {area:.1f} um2, macro option {m.macro_option_um2:.1f}")
     assert area == pytest.approx(m.flop_um2, rel=0.02)
     assert (area < m.macro_option_um2) == (m.impl == "flops")
@@ -361,7 +361,8 @@ def test_synth_memory_max_bits_is_the_largest_rom(storage, design):
     assert storage["desc"]["synth_memory_max_bits"] == {"value": 1024 * 24, "rom": "msh_rom_big_513x24"}
     # mac_sram's only table, 64 x 8 = 512 bits, fits ORFS's default: config.mk states only what differs
     assert "SYNTH_MEMORY_MAX_BITS" not in (design["dir"] / "config.mk").read_text()
-    assert design["desc"]["synth_memory_max_bits"] == {"value": None, "default": orfs.ORFS_SYNTH_MEMORY_MAX_BITS}
+    assert design["desc"]["synth_memory_max_bits"] == {"value": None,
+                                                        "default": orfs_storage.ORFS_SYNTH_MEMORY_MAX_BITS}
     # the ROM table comes from the folder's roms/big.hex, word for word
     assert storage["desc"]["roms"][0]["source"] == str((storage["rtl"] / "roms" / "big.hex").resolve())
     text = (storage["dir"] / "src" / "msh_macros.v").read_text()
@@ -417,8 +418,9 @@ def test_orfs_yosys_accepts_the_design(storage, tmp_path):
              for _, c in mems]
     print("memories before mapping (size, width, write ports):", sizes)
     assert sizes and all(wr == 0 for _, _, wr in sizes), sizes                 # ROMs only
-    # the random table uses all 24 bits, so Yosys's largest memory is exactly the bound config.mk sets
-    assert max(n * w for n, w, _ in sizes) == limit > orfs.ORFS_SYNTH_MEMORY_MAX_BITS   # the default would stop
+    # the random table uses all 24 bits, so Yosys's largest memory is exactly the bound config.mk sets,
+    # above ORFS's default (which would stop)
+    assert max(n * w for n, w, _ in sizes) == limit > orfs_storage.ORFS_SYNTH_MEMORY_MAX_BITS
     cells = json.loads((tmp_path / "stat.json").read_text())["modules"]["\\storage_mix"]["num_cells_by_type"]
     assert not any(t.startswith("$mem") for t in cells), cells
     assert cells.get("fakeram45_32x32") == 1
@@ -450,10 +452,12 @@ def test_chip_presets_need_the_raised_limit():
     from hw.chip_top import chip_build
     from hw.params import preset
     for name in ("tiny", "nano"):
-        roms = [orfs.Rom(i.depth, i.width, i.file, Path(i.file), tuple(i.words)) for i in chip_build(preset(name)).rom_images]
-        bits, rom = orfs.synth_memory_max_bits(roms)
+        roms = [orfs_storage.Rom(i.depth, i.width, i.file, Path(i.file), tuple(i.words))
+                for i in chip_build(preset(name)).rom_images]
+        bits, rom = orfs_storage.synth_memory_max_bits(roms)
         print(f"{name}: SYNTH_MEMORY_MAX_BITS {bits} from {rom.depth} x {rom.width} ({rom.init_file})")
-        assert bits == max(orfs.rom_memory_bits(r.depth, r.width) for r in roms) > orfs.ORFS_SYNTH_MEMORY_MAX_BITS
+        assert (bits == max(orfs_storage.rom_memory_bits(r.depth, r.width) for r in roms)
+                > orfs_storage.ORFS_SYNTH_MEMORY_MAX_BITS)
 
 
 def test_run_without_docker_or_flow_home_says_what_to_install(design, monkeypatch, tmp_path, capsys):
@@ -474,7 +478,7 @@ def test_docker_client_without_engine_is_refused(monkeypatch):
     monkeypatch.delenv("FLOW_HOME", raising=False)
     if orfs._engine_answers(shutil.which("docker"))[0]:
         pytest.skip("a docker engine answers here")
-    with pytest.raises(orfs.OrfsError, match=r"docker at .*no engine answers"):
+    with pytest.raises(orfs_storage.OrfsError, match=r"docker at .*no engine answers"):
         orfs.pick_runner("docker")
 
 

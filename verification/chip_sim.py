@@ -20,8 +20,8 @@ seconds it took; then the seeds, elasticity, the random-reset comparison, the po
 agreement, lint counts and the overall verdict.
 
 ``--macros`` picks the storage models: ``spec`` (default) the SPEC §5 models of verification/models/;
-``physical`` what place and route implements (verification/physical_macros.py: flow/orfs.py's fakeram45
-wrappers, flip-flop arrays and ROM case tables, built in ``<out>/make-sim-chip-physical``). With
+``physical`` what place and route implements (verification/physical_macros.py: flow/orfs_storage.py's
+fakeram45 wrappers, flip-flop arrays and ROM case tables, built in ``<out>/make-sim-chip-physical``). With
 ``physical`` every run also gets the check ``macro_collisions``: the wrappers drop a read issued in a cycle
 that writes the same msh_sram, so any such collision fails the run (the implemented chip would differ from
 the simulated one); the summary's ``macros`` holds the mapping and the collisions per storage instance.

@@ -1,17 +1,18 @@
 """The storage macros as place and route implements them, for simulating the emitted chip.
 
 Every other simulation uses the SPEC models ``verification/models/msh_sram.v`` and ``msh_rom.v``. Here
-``physical_sources`` replaces them with what flow/orfs.py writes into the ORFS design (``msh_macros.v``, its
-``Storage.verilog``: each msh_sram shape a wrapper around fakeram45 macros, or flip-flops where
-flow/macro_map.py finds them smaller; each msh_rom table a case statement) and a behavioural model of every
-fakeram45 macro the wrappers use, generated from the PDK's liberty (checked against its LEF) into the build
-folder. The storage instances and their parameters come from the emitted Verilog itself (the msh_sram /
-msh_rom instances and the module hierarchy from the top), the same list synth.json holds after synthesis.
+``physical_sources`` replaces them with what flow/orfs.py writes into the ORFS design (``msh_macros.v``,
+flow/orfs_storage.py ``Storage.verilog``: each msh_sram shape a wrapper around fakeram45 macros, or
+flip-flops where flow/macro_map.py finds them smaller; each msh_rom table a case statement) and a
+behavioural model of every fakeram45 macro the wrappers use, generated from the PDK's liberty (checked
+against its LEF) into the build folder. The storage instances and their parameters come from the emitted
+Verilog itself (the msh_sram / msh_rom instances and the module hierarchy from the top), the same list
+synth.json holds after synthesis.
 
 The fakeram45 model is single-ported as the liberty describes it: one ``addr_in``, ``rd_out`` registered and
 defined only in the cycle after a read (``ce_in && !we_in``; after a write or an idle cycle it is X), a write
 (``ce_in && we_in``) stores the bits of ``wd_in`` where ``w_mask_in`` is 1. The wrappers give the write
-priority and drop a read issued in the same cycle, printing an error each time (flow/orfs.py
+priority and drop a read issued in the same cycle, printing an error each time (flow/orfs_storage.py
 ``SRAM_WRAPPER_NOTE``); ``scan_collisions`` counts those messages in a simulation log per storage instance,
 and per run between the markers ``verification.chip_run`` logs around each run.
 """
@@ -25,7 +26,7 @@ from pathlib import Path
 from flow.cell_models import CellModelError, Group, parse_liberty
 from flow.cli import publish
 from flow.macro_map import MacroMapError, storage_lib
-from flow.orfs import COLLISION_TEXT, OrfsError, Storage, design_storage
+from flow.orfs_storage import COLLISION_TEXT, OrfsError, Storage, design_storage
 from flow.synth import SynthError, load_rtl
 from pdk_config import PdkError, find_pdk
 from verification.chip_run import RUN_BOUNDARY
@@ -33,7 +34,7 @@ from verification.runner import REPO
 
 MACROS_FILE, FAKERAM_FILE = "msh_macros.v", "fakeram45_models.v"
 STORAGE_TYPES = ("msh_sram", "msh_rom")
-# The pins of a fakeram45 macro (flow/orfs.py sram_wrapper connects these): direction and width, where
+# The pins of a fakeram45 macro (flow/orfs_storage.py sram_wrapper connects these): direction and width, where
 # "addr" and "word" stand for the liberty memory group's address_width and word_width.
 FAKERAM_PINS = {"clk": ("input", 1), "ce_in": ("input", 1), "we_in": ("input", 1), "addr_in": ("input", "addr"),
                 "wd_in": ("input", "word"), "w_mask_in": ("input", "word"), "rd_out": ("output", "word")}
@@ -204,7 +205,7 @@ class PhysicalMacros:
 
 
 def physical_sources(rtl_dir: Path, out: Path) -> PhysicalMacros:
-    """Write ``<out>/msh_macros.v`` (flow/orfs.py's storage for the chip in ``rtl_dir``) and
+    """Write ``<out>/msh_macros.v`` (flow/orfs_storage.py's storage for the chip in ``rtl_dir``) and
     ``<out>/fakeram45_models.v``; return the sources that replace the SPEC models in a simulation."""
     rtl_dir, out = Path(rtl_dir), Path(out).resolve()
     chip = read_emitted(rtl_dir)
