@@ -9,12 +9,12 @@ compared with ``MAX_FANOUT``. The ideal clock's net is not checked (a clock tree
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 from flow.parasitics import RcModel, steiner_factor
 from flow.place_flat import Floorplan, pin_xy
 from flow.place_netlist import Design
+from flow.repair import pin_values
 from flow.sta import DRIVING_CELL
 
 MAX_FANOUT = 16               # synthesis buffers above this (flow/synth.py), repair trees stay below it
@@ -23,18 +23,7 @@ MACRO_MAX_CAP_FF = 100.0      # a fakeram45 output pin: the liberty of the macro
 
 def output_limits(liberty_text: str) -> dict[tuple[str, str], float]:
     """(cell, pin) -> max_capacitance (fF) of every output pin of a liberty."""
-    out = {}
-    cells = list(re.finditer(r'\bcell\s*\(\s*"?([\w$]+)"?\s*\)\s*\{', liberty_text))
-    for k, m in enumerate(cells):
-        body = liberty_text[m.end(): cells[k + 1].start() if k + 1 < len(cells) else len(liberty_text)]
-        pins = list(re.finditer(r'\bpin\s*\(\s*"?(\w+)"?\s*\)\s*\{', body))
-        for j, p in enumerate(pins):
-            pin_body = body[p.end(): pins[j + 1].start() if j + 1 < len(pins) else len(body)]
-            d = re.search(r"\bdirection\s*:\s*(\w+)", pin_body)
-            c = re.search(r"\bmax_capacitance\s*:\s*([0-9.eE+-]+)", pin_body)
-            if d and d.group(1) == "output" and c:
-                out[(m.group(1), p.group(1))] = float(c.group(1))
-    return out
+    return pin_values(liberty_text, "output", "max_capacitance")
 
 
 @dataclass

@@ -45,8 +45,8 @@ class RepairError(RuntimeError):
 
 # ---------------------------------------------------------------------------------------------- liberty
 
-def input_caps(liberty_text: str) -> dict[tuple[str, str], float]:
-    """(cell, pin) -> input capacitance (fF, the library's unit) of every input pin of a liberty."""
+def pin_values(liberty_text: str, direction: str, attribute: str) -> dict[tuple[str, str], float]:
+    """(cell, pin) -> the number ``attribute`` of every ``direction`` pin of a liberty that states one."""
     out = {}
     cells = list(re.finditer(r'\bcell\s*\(\s*"?([\w$]+)"?\s*\)\s*\{', liberty_text))
     for k, m in enumerate(cells):
@@ -55,10 +55,15 @@ def input_caps(liberty_text: str) -> dict[tuple[str, str], float]:
         for j, p in enumerate(pins):
             pin_body = body[p.end(): pins[j + 1].start() if j + 1 < len(pins) else len(body)]
             d = re.search(r"\bdirection\s*:\s*(\w+)", pin_body)
-            c = re.search(r"\bcapacitance\s*:\s*([0-9.eE+-]+)", pin_body)
-            if d and d.group(1) == "input" and c:
+            c = re.search(rf"\b{attribute}\s*:\s*([0-9.eE+-]+)", pin_body)
+            if d and d.group(1) == direction and c:
                 out[(m.group(1), p.group(1))] = float(c.group(1))
     return out
+
+
+def input_caps(liberty_text: str) -> dict[tuple[str, str], float]:
+    """(cell, pin) -> input capacitance (fF, the library's unit) of every input pin of a liberty."""
+    return pin_values(liberty_text, "input", "capacitance")
 
 
 # ---------------------------------------------------------------------------------------------- netlist view
