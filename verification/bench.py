@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from flow.report_signoff import priced_mm2
 from hw.params import ChipParams
 from verification.chip_run import run_length
 from verification.chip_tb import PUBLIC_SEED, RunSpec
@@ -239,11 +240,10 @@ def area_after_repair(signoff_json: Path, synth: dict) -> dict:
     if so.get("synth_config_sha256") != synth.get("rtl", {}).get("config_sha256"):
         return {"status": "no sign-off", "reason": f"{signoff_json} is of another RTL than the synthesis",
                 "command": how}
-    cells, macros = so["std_cell_area_um2"] / 1e6, synth["area"]["macro_um2"] / 1e6
-    budget = synth["area"]["budget_um2"] / 1e6
+    total, budget = priced_mm2(so, synth), synth["area"]["budget_um2"] / 1e6
     return {"status": "signed off" if so["signed_off"] else "not signed off", "source": str(signoff_json),
-            "cells_mm2": cells, "macro_mm2": macros, "total_mm2": cells + macros, "budget_mm2": budget,
-            "within_budget": cells + macros <= budget}
+            "cells_mm2": so["std_cell_area_um2"] / 1e6, "macro_mm2": synth["area"]["macro_um2"] / 1e6,
+            "total_mm2": total, "budget_mm2": budget, "within_budget": total <= budget}
 
 
 # ------------------------------------------------------------------------------------------------
