@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from flow.report import load
+from flow.report_signoff import priced_mm2
 from flow.report_summary import K3_TOKENS_PER_S, fmt, placed_corners, placed_text, summary
 from flow.runlog import runtime_text
 
@@ -197,7 +198,8 @@ def _signoff(stages: dict) -> str | None:
             f"uncertainty, placed wires, not routed; "
             f"{slew:,} max-transition, {fmt(dr.get('max_capacitance_violations'), ',')} max-capacitance, "
             f"{fmt(dr.get('max_fanout_violations'), ',')} max-fanout violations; "
-            f"cell area {fmt(r.get('std_cell_area_um2') and r['std_cell_area_um2'] / 1e6, '.3f')} mm²")
+            f"cell area {fmt(r.get('std_cell_area_um2') and r['std_cell_area_um2'] / 1e6, '.3f')} mm², priced with "
+            f"the macros {fmt(priced_mm2(r, stages['synth']['data']), '.3f')} mm²")
 
 
 def _blocks(build: Path, stages: dict) -> str | None:

@@ -107,6 +107,7 @@ def test_every_number_comes_from_the_files(tmp_path):
     signoff = _row(block, "sign-off")
     assert "**not signed off**: setup slow -1.331 / typical +5.946 / fast +6.696 ns" in signoff
     assert "21 max-transition, 3,235 max-capacitance, 0 max-fanout" in signoff and "not routed" in signoff
+    assert "cell area 2.690 mm², priced with the macros 4.170 mm²" in signoff        # 2.69 + 1.48 of synthesis
     assert "rtl 1:01" in _row(block, "`make demo` step times")
     assert "sta 6:56 beside place 34:32" in _row(block, "`make demo` step times")
     assert "stale" not in block and "Warning" not in block
