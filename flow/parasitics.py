@@ -107,6 +107,18 @@ class MacroShadow:
                 for by in range(int(y0 // self.BIN_UM), int(y1 // self.BIN_UM) + 1):
                     self.bins.setdefault((bx, by), []).append(k)
 
+    @classmethod
+    def of_placement(cls, d, xs, ys, orient, dbu: int) -> "MacroShadow":
+        """The placed macros of a flow.place_netlist ``Design`` (components from ``n_std`` on, lower-left
+        positions and orientations in database units)."""
+        rects = []
+        for i in range(d.n_std, len(d.comp_name)):
+            w, h = d.comp_w[i], d.comp_h[i]
+            if orient[i] in ("E", "W", "FE", "FW"):
+                w, h = h, w
+            rects.append((xs[i] / dbu, ys[i] / dbu, (xs[i] + w) / dbu, (ys[i] + h) / dbu))
+        return cls(rects)
+
     def _near(self, x0: float, y0: float, x1: float, y1: float) -> set[int]:
         b = self.BIN_UM
         return {k for bx in range(int(x0 // b), int(x1 // b) + 1) for by in range(int(y0 // b), int(y1 // b) + 1)

@@ -117,17 +117,6 @@ def repair_nets(module: dict, d: Design, fp: Floorplan, xs: list[int], ys: list[
 
 # ---------------------------------------------------------------------------------------------- outputs
 
-def macro_shadow(d: Design, xs, ys, orient, dbu: int) -> MacroShadow:
-    """The placed macros' rectangles (um) for the wire estimates (flow/parasitics.py)."""
-    rects = []
-    for i in range(d.n_std, len(d.comp_name)):
-        w, h = d.comp_w[i], d.comp_h[i]
-        if orient[i] in ("E", "W", "FE", "FW"):
-            w, h = h, w
-        rects.append((xs[i] / dbu, ys[i] / dbu, (xs[i] + w) / dbu, (ys[i] + h) / dbu))
-    return MacroShadow(rects)
-
-
 def write_outputs(d: Design, fp: Floorplan, lef: Lef, xs, ys, orient, stage: Path, rc: RcModel) -> dict:
     dbu = lef.dbu
     comps = [DefComponent(d.comp_name[i], d.comp_master[i], xs[i], ys[i], orient[i], i >= d.n_std)
@@ -138,7 +127,7 @@ def write_outputs(d: Design, fp: Floorplan, lef: Lef, xs, ys, orient, stage: Pat
         pins.append(DefPin(name, name, "INPUT" if d.io_dir[k] == "input" else "OUTPUT", PIN_LAYERS[edge], x, y,
                            round(0.035 * dbu)))
     hpwl, wire, cap, nets = 0.0, 0.0, 0.0, []
-    shadow = macro_shadow(d, xs, ys, orient, dbu)
+    shadow = MacroShadow.of_placement(d, xs, ys, orient, dbu)
     spef = stage / f"{d.top}.spef"
     with open(spef, "w") as f:
         f.write(spef_header(d.top))

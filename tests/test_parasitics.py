@@ -7,30 +7,15 @@ from flow.lefdef import read_lef
 from flow.parasitics import MacroShadow, NetPins, RcModel, net_rc, over_macro_layers
 from pdk_config import find_pdk
 
-TECH = """VERSION 5.8 ;
-UNITS
-  DATABASE MICRONS 2000 ;
-END UNITS
-LAYER m1
-  TYPE ROUTING ; DIRECTION HORIZONTAL ; WIDTH 0.1 ; RESISTANCE RPERSQ 0.4 ; CAPACITANCE CPERSQDIST 1e-4 ;
-END m1
-LAYER m2
-  TYPE ROUTING ; DIRECTION VERTICAL ; WIDTH 0.1 ; RESISTANCE RPERSQ 0.4 ; CAPACITANCE CPERSQDIST 1e-4 ;
-END m2
-LAYER m3
-  TYPE ROUTING ; DIRECTION HORIZONTAL ; WIDTH 0.1 ; RESISTANCE RPERSQ 0.3 ; CAPACITANCE CPERSQDIST 1e-4 ;
-END m3
-LAYER m4
-  TYPE ROUTING ; DIRECTION VERTICAL ; WIDTH 0.2 ; RESISTANCE RPERSQ 0.2 ; CAPACITANCE CPERSQDIST 1e-4 ;
-END m4
-LAYER m5
-  TYPE ROUTING ; DIRECTION HORIZONTAL ; WIDTH 0.2 ; RESISTANCE RPERSQ 0.1 ; CAPACITANCE CPERSQDIST 1e-4 ;
-END m5
-LAYER m6
-  TYPE ROUTING ; DIRECTION VERTICAL ; WIDTH 0.4 ; RESISTANCE RPERSQ 0.1 ; CAPACITANCE CPERSQDIST 1e-4 ;
-END m6
-END LIBRARY
-"""
+def _layer(name: str, direction: str, width: float, rpersq: float) -> str:
+    return (f"LAYER {name}\n  TYPE ROUTING ; DIRECTION {direction} ; WIDTH {width} ; RESISTANCE RPERSQ {rpersq} ; "
+            f"CAPACITANCE CPERSQDIST 1e-4 ;\nEND {name}\n")
+
+
+TECH = ("VERSION 5.8 ;\nUNITS\n  DATABASE MICRONS 2000 ;\nEND UNITS\n"
+        + "".join(_layer(f"m{k + 1}", "HORIZONTAL" if k % 2 == 0 else "VERTICAL", w, r)
+                  for k, (w, r) in enumerate([(0.1, 0.4), (0.1, 0.4), (0.1, 0.3), (0.2, 0.2), (0.2, 0.1), (0.4, 0.1)]))
+        + "END LIBRARY\n")
 MACRO = """MACRO ram
   CLASS BLOCK ;
   SIZE 100 BY 50 ;
