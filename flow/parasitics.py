@@ -74,7 +74,7 @@ class RcModel:
                 "c_ff_per_um": {self.h_layer: round(self.c_h, 6), self.v_layer: round(self.c_v, 6)},
                 "over_macros": {"layers": list(self.over_layers),
                                 "r_ohm_per_um": [round(self.r_h_over, 5), round(self.r_v_over, 5)],
-                                "c": "that of the layers above"},
+                                "c": f"unchanged: {self.h_layer} / {self.v_layer}"},
                 "length": "HPWL x Steiner factor (Cheng 1994)", "network": "star from the driver, C shared by pins"}
 
 
@@ -95,6 +95,12 @@ def over_macro_layers(lef: Lef):
     return h, v
 
 
+def macro_rects(d, macro_xy: dict[int, tuple[int, int]], dbu: int) -> list[tuple[float, float, float, float]]:
+    """The placed macros' rectangles (um) of a flow.place_netlist ``Design`` from the floorplan's macro
+    positions (component index -> lower left, database units; macros are placed unrotated)."""
+    return [(x / dbu, y / dbu, (x + d.comp_w[i]) / dbu, (y + d.comp_h[i]) / dbu) for i, (x, y) in macro_xy.items()]
+
+
 class MacroShadow:
     """The placed block macros' rectangles (um), binned, for the length of a wire that runs over them."""
     BIN_UM = 100.0
@@ -106,18 +112,6 @@ class MacroShadow:
             for bx in range(int(x0 // self.BIN_UM), int(x1 // self.BIN_UM) + 1):
                 for by in range(int(y0 // self.BIN_UM), int(y1 // self.BIN_UM) + 1):
                     self.bins.setdefault((bx, by), []).append(k)
-
-    @classmethod
-    def of_placement(cls, d, xs, ys, orient, dbu: int) -> "MacroShadow":
-        """The placed macros of a flow.place_netlist ``Design`` (components from ``n_std`` on, lower-left
-        positions and orientations in database units)."""
-        rects = []
-        for i in range(d.n_std, len(d.comp_name)):
-            w, h = d.comp_w[i], d.comp_h[i]
-            if orient[i] in ("E", "W", "FE", "FW"):
-                w, h = h, w
-            rects.append((xs[i] / dbu, ys[i] / dbu, (xs[i] + w) / dbu, (ys[i] + h) / dbu))
-        return cls(rects)
 
     def _near(self, x0: float, y0: float, x1: float, y1: float) -> set[int]:
         b = self.BIN_UM

@@ -45,7 +45,7 @@ from flow.floorplan import RegionPlan, region_floorplan
 from flow.floorplan_out import draw_floorplan, floorplan_json
 from flow.lefdef import DefComponent, DefPin, Lef, LefError, read_lef, write_def
 from flow.macro_map import MACRO_KEEPOUT_UM, MacroMapError, storage_lib, table
-from flow.parasitics import MacroShadow, NetPins, RcModel, spef_header, steiner_factor, write_dnet
+from flow.parasitics import MacroShadow, NetPins, macro_rects, RcModel, spef_header, steiner_factor, write_dnet
 from flow.place_flat import (MAX_PLACE_FANOUT, PLACER_DENSITY, Floorplan, RowSpots, floorplan, global_placement,
                              legalize, pin_xy, snap_to_sites)
 from flow.place_netlist import (Design, PlaceError, build_design, flatten, flatten_worker, inst_path, net_names,
@@ -127,7 +127,7 @@ def write_outputs(d: Design, fp: Floorplan, lef: Lef, xs, ys, orient, stage: Pat
         pins.append(DefPin(name, name, "INPUT" if d.io_dir[k] == "input" else "OUTPUT", PIN_LAYERS[edge], x, y,
                            round(0.035 * dbu)))
     hpwl, wire, cap, nets = 0.0, 0.0, 0.0, []
-    shadow = MacroShadow.of_placement(d, xs, ys, orient, dbu)
+    shadow = MacroShadow(macro_rects(d, fp.macro_xy, dbu))
     spef = stage / f"{d.top}.spef"
     with open(spef, "w") as f:
         f.write(spef_header(d.top))

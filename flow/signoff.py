@@ -45,7 +45,7 @@ import numpy as np
 from flow import design_rules, hold, rebuffer, rudy, touchup
 from flow.cli import publish, report_stage
 from flow.macro_map import MacroMapError, storage_lib
-from flow.parasitics import RcModel
+from flow.parasitics import RcModel, macro_rects
 from flow.place import STATE_FILE, _read_lefs, load_state, write_outputs
 from flow.place_flat import pin_xy
 from flow.place_netlist import PROGRESS_TAG, PlaceError, build_design, inst_path, net_names, progress
@@ -314,7 +314,7 @@ def signoff(place_dir: Path, synth: Path, out: Path, period_ns: float | None = N
         timing[f"touchup{len(touched)}_s"] = time.monotonic() - t
 
     t = time.monotonic()
-    macros = [(x / dbu, y / dbu, (x + d.comp_w[i]) / dbu, (y + d.comp_h[i]) / dbu) for i, (x, y) in fp.macro_xy.items()]
+    macros = macro_rects(d, fp.macro_xy, dbu)
     demand = rudy.rudy(_net_boxes(d, fp, xs, ys, orient, dbu), (fp.die[2] / dbu, fp.die[3] / dbu), macros, lef)
     rudy.draw(demand, stage / "rudy.png", f"{top}: routing demand after sign-off placement")
     timing["checks_s"] = time.monotonic() - t
