@@ -10,6 +10,8 @@ BLOCK   ?= chip
 STA_JOBS ?=
 MACROS  ?=
 LOGS    := $(BUILD)/logs
+# make test's pytest-xdist workers: one per core, at most two (each heavy test holds a few GB); 0 runs in-process
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ "$$n" -gt 2 ] && n=2; echo $$n)
 
 # Each step's command, written once: its target runs it, and `make demo` runs it through flow.runlog.
 RTL_CMD     = $(PY) -m rtl_gen --block $(BLOCK) --out $(BUILD)/rtl
@@ -138,9 +140,11 @@ bench: BLOCK = chip
 bench: rtl
 	$(PY) -m verification.bench --rtl $(BUILD)/rtl --out $(BUILD)/bench
 
-# One line per test, named before it runs and with its duration after (flow/pytest_progress.py).
+# One line per test, named before it runs and with its duration after (flow/pytest_progress.py); the
+# test files are shared out to TEST_WORKERS processes, each file's tests in one of them (--dist loadfile), the
+# longest files first (flow/pytest_schedule.py).
 test: $(STAMP)
-	$(PY) -m pytest -v -p flow.pytest_progress --durations=15
+	$(PY) -m pytest -v -p flow.pytest_progress --durations=15 -n $(TEST_WORKERS) --dist loadfile
 
 clean:
 	rm -rf $(BUILD)

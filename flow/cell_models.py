@@ -29,10 +29,11 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from flow.toolchain import work_root
 from pdk_config import PdkError, find_pdk
 
 REPO = Path(__file__).resolve().parent.parent
-DEFAULT_OUT = REPO / "build" / "cell_models"
+DEFAULT_OUT = work_root() / "cell_models"
 MODELS_FILE, INDEX_FILE = "nangate45_cells.v", "cells.json"
 CORNER = "typical"          # every corner's liberty has the same functions; synthesis maps at typical
 

@@ -16,6 +16,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
+REPO = Path(__file__).resolve().parent.parent
+
+
+def work_root() -> Path:
+    """The folder the tools' default working folders go under: ``build/``, or ``build/<worker>/`` inside a
+    pytest-xdist worker (``make test`` runs two side by side), so two test workers never build, lint or
+    simulate in the same folder. Caches that are written atomically (``build/pdk_cache``) stay shared."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    return REPO / "build" / worker if worker else REPO / "build"
+
+
 class ToolError(RuntimeError):
     """A tool is missing or too old; the message says how to install it."""
 

@@ -109,7 +109,7 @@ class Pdk:
         dst = cache / src.name[:-3]
         if not dst.exists() or dst.stat().st_mtime < src.stat().st_mtime:
             cache.mkdir(parents=True, exist_ok=True)
-            tmp = dst.with_suffix(".tmp")
+            tmp = dst.with_name(f"{dst.name}.{os.getpid()}.tmp")   # parallel test workers share the cache
             with gzip.open(src, "rb") as fi, open(tmp, "wb") as fo:
                 shutil.copyfileobj(fi, fo)
             tmp.replace(dst)

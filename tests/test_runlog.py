@@ -188,6 +188,19 @@ def test_make_test_lines_name_each_test_with_its_duration(tmp_path):
     assert re.search(r"test_x.py::test_slow PASSED +\[100%\] \(0\.[3-9] s\)", out), out
 
 
+def test_make_test_workers_start_the_long_files_first(tmp_path):
+    """flow.pytest_schedule: under xdist's file scheduling the files named by long_files run before the others,
+    in that order, although xdist would take the files with most tests first."""
+    for name, n in (("test_many.py", 5), ("test_one.py", 1), ("test_two.py", 2)):
+        (tmp_path / name).write_text("".join(f"def test_{k}():\n    pass\n" for k in range(n)))
+    (tmp_path / "pytest.ini").write_text("[pytest]\nlong_files =\n    test_two.py\n    test_one.py\n")
+    out = subprocess.run([PY, "-m", "pytest", "-v", "-p", "flow.pytest_schedule", "-p", "no:cacheprovider",
+                          "-n", "1", "--dist", "loadfile"], capture_output=True, text=True, cwd=tmp_path).stdout
+    order = [m.group(1) for m in re.finditer(r"PASSED (test_\w+)\.py::", out)]
+    assert "scheduling tests via LongFilesFirst" in out, out
+    assert order == ["test_two"] * 2 + ["test_one"] + ["test_many"] * 5, out
+
+
 def test_a_long_summary_is_cut_on_the_terminal_and_whole_in_the_log(tmp_path):
     rc, text = _run_main(tmp_path, "--step", "sta", _cmd("for i in range(50): print(f'path {i}')"))
     assert rc == 0

@@ -29,10 +29,11 @@ from pathlib import Path
 
 from flow.cell_models import DEFAULT_OUT as CELL_MODELS_OUT
 from flow.cell_models import CellModelError, CellModels, ensure_models, generate
+from flow.toolchain import work_root
 from pdk_config import PdkError
 from verification.runner import MODELS, REPO, SimFailure, SimResult, link_rtl, run_cocotb
 
-GATESIM_ROOT = REPO / "build" / "gatesim"
+GATESIM_ROOT = work_root() / "gatesim"
 CONFIG_ENV = "NANO_K3_RTL_CONFIG"           # where every block testbench reads its config.json
 MACRO_MODELS = {"msh_sram": MODELS / "msh_sram.v", "msh_rom": MODELS / "msh_rom.v"}
 # Verilator warnings a Yosys netlist raises by construction (generated names, unconnected cell outputs,

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Sequence
 
 from verification.chip_tb import RunSpec
-from verification.runner import REPO
+from flow.toolchain import work_root
 
-RECORD_ROOT = REPO / "build" / "perf_record"
+RECORD_ROOT = work_root() / "perf_record"
 RECORD_FORMAT = 1
 
 

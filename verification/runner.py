@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Mapping, Sequence
 
-from flow.toolchain import require, tool_env, verilator_root
+from flow.toolchain import require, tool_env, verilator_root, work_root
 from hw.roms import RTL_DIR
 
 REPO = Path(__file__).resolve().parents[1]
-SIM_ROOT = REPO / "build" / "sim"
+SIM_ROOT = work_root() / "sim"
 MODELS = Path(__file__).resolve().parent / "models"
 
 

@@ -221,10 +221,10 @@ def test_chip_rejects_malformed_images():
     import shutil
     from hw.params import preset as chip_preset
     from rtl_gen import emit, read_filelist
-    from verification.runner import REPO, SIM_ROOT, link_rtl, run_cocotb
+    from verification.runner import SIM_ROOT, link_rtl, run_cocotb, work_root
     from verification.test_chip import BUILD_ARGS, chip_sources
     name = "chip-errors-tiny"
-    rtl = emit("chip", REPO / "build" / "rtl" / name, chip_preset(CFG.name))
+    rtl = emit("chip", work_root() / "rtl" / name, chip_preset(CFG.name))
     link_rtl(rtl.verilog.parent, SIM_ROOT / name)
     out = SIM_ROOT / name / "reports"
     shutil.rmtree(out, ignore_errors=True)             # never read a stale report

@@ -260,9 +260,9 @@ RESET_MODES = {
 def test_mem_engine_cocotb(mode):
     from hw.params import preset
     from rtl_gen.emit import emit, read_filelist
-    from verification.runner import REPO, run_cocotb
+    from verification.runner import run_cocotb, work_root
 
-    rtl = emit("mem_engine", REPO / "build" / "rtl" / "mem_engine", preset("nano"))
+    rtl = emit("mem_engine", work_root() / "rtl" / "mem_engine", preset("nano"))
     m = RESET_MODES[mode]
     print(f"seed {m['seed']}, {mode}")
     result = run_cocotb(f"mem_engine-{mode}", read_filelist(rtl.filelist), rtl.top, "verification.test_mem_engine",
@@ -279,8 +279,8 @@ def test_mem_engine_lint():
     """verilator --lint-only -Wall of the emitted engine: no errors and no warnings."""
     from hw.params import preset
     from rtl_gen.emit import emit, read_filelist
-    from verification.runner import REPO, lint
+    from verification.runner import lint, work_root
 
-    rtl = emit("mem_engine", REPO / "build" / "rtl" / "mem_engine", preset("nano"))
+    rtl = emit("mem_engine", work_root() / "rtl" / "mem_engine", preset("nano"))
     res = lint(read_filelist(rtl.filelist), rtl.top)
     assert res.errors == 0 and res.warnings == 0, res.output
