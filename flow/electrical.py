@@ -14,8 +14,10 @@ few millimetres away: 200 fF on a gate allowed 27 fF, 3.7 ns transitions at the 
   a macro (its pin lies inside a macro field: the buffer goes to the nearest free row, the macro drives
   only the wire to it).
 
-The wider and new cells are fitted into the rows (flow/relegalize.py), and the netlist, DEF and SPEF are
-written again, so the timing repair that follows reads real wires. Only buffers are added and removed,
+The wider and new cells are fitted into the rows (flow/relegalize.py); the nets that this lengthened past
+their limit get a stronger driver by the same rule, and the rows are fitted again (``SETTLE_ROUNDS`` times at
+most: on the nano chip these nets were the ones sign-off's touch-up sized, and a touch-up costs three more
+STA runs); then the netlist, DEF and SPEF are written again, so the timing repair that follows reads real wires. Only buffers are added and removed,
 and drivers only change size (flow/repair.py ``verify``). Sign-off runs it a second time after timing
 repair, keeping that repair's buffers, for the nets the sizing and the re-legalisation pushed over.
 
@@ -44,6 +46,7 @@ CAP_MARGIN = 0.85                   # the repair's target: this share of each dr
 # over the typical corner's 0.199 ns and the fast corner's 0.146 ns limits; 500 um is about 0.05 ns).
 UPSIZE_MAX_WIRE_UM = 2 * REPEATER_SPACING_UM
 GROUP = "(electrical repair)"       # the new buffers' group in the pictures
+SETTLE_ROUNDS = 2                   # rounds of up-sizing for the nets re-legalisation pushed over, after it
 
 
 def upsize_drivers(module: dict, d, violations: list[dict], limits: dict[tuple[str, str], float],
@@ -91,6 +94,33 @@ def drive_limits(module: dict, limits: dict[tuple[str, str], float]):
     return limit
 
 
+def _rebuilt(module: dict, top: str, lef, sizes, d, fp, xs, ys, orient, new_cells: dict):
+    """The placed design rebuilt from ``module`` after cells changed size or were added: every cell of ``d``
+    keeps its position (relegalize then fits the wider ones), a new cell (``new_cells``: key -> centre in um)
+    goes where the repair put it, in the electrical repair's group. ``fp.macro_xy`` is re-indexed in place."""
+    new = build_design(module, top, lef, sizes)
+    dbu = lef.dbu
+    at = {name: i for i, name in enumerate(d.comp_name)}
+    nxs, nys, nor, groups = [], [], [], []
+    for i, name in enumerate(new.comp_name):
+        j = at.get(name)
+        if j is None:
+            cx, cy = new_cells[new.comp_key[i]]
+            nxs.append(round(cx * dbu - new.comp_w[i] / 2))
+            nys.append(round(cy * dbu - new.comp_h[i] / 2))
+            nor.append("N")
+            groups.append(GROUP)
+        else:
+            nxs.append(xs[j])
+            nys.append(ys[j])
+            nor.append(orient[j])
+            groups.append(d.comp_group[j])
+    fp.macro_xy = {i: fp.macro_xy[at[new.comp_name[i]]] for i in range(new.n_std, len(new.comp_name))
+                   if at.get(new.comp_name[i]) in fp.macro_xy}
+    new.comp_group, new.group_kind = groups, d.group_kind
+    return new, nxs, nys, nor
+
+
 def repair_design(module: dict, state: dict, lef, sizes, top: str, caps, limits, areas, rc, clock: str,
                   out: Path | None, keep: frozenset[str] = frozenset()) -> tuple[tuple, dict]:
     """Fixes every net of the placed ``state`` that breaks max capacitance: a stronger driver where one
@@ -105,7 +135,8 @@ def repair_design(module: dict, state: dict, lef, sizes, top: str, caps, limits,
     d, fp, xs, ys, orient = state["design"], state["floorplan"], state["xs"], state["ys"], state["orient"]
     dbu = lef.dbu
     before = design_rules.check(d, fp, xs, ys, orient, caps, limits, rc, dbu, {clock})
-    upsized = upsize_drivers(module, d, before.cap_violations, limits, size_ladders(list(areas)))
+    ladders = size_ladders(list(areas))
+    upsized = upsize_drivers(module, d, before.cap_violations, limits, ladders)
     bit_of = {name: b for b, name in net_names(module).items()}
     key_of = dict(zip(d.comp_name, d.comp_key))
     force = frozenset(bit_of[v["net"]] for v in before.cap_violations
@@ -131,26 +162,19 @@ def repair_design(module: dict, state: dict, lef, sizes, top: str, caps, limits,
         new_cells = res.new_cells
         summary |= {**res.as_dict(), "area_change_um2": round(res.area_added_um2 - res.area_removed_um2
                                                               + upsize_area, 3)}
-    new = build_design(module, top, lef, sizes)
-    at = {name: i for i, name in enumerate(d.comp_name)}
-    nxs, nys, nor, groups = [], [], [], []
-    for i, name in enumerate(new.comp_name):
-        j = at.get(name)
-        if j is None:
-            cx, cy = new_cells[new.comp_key[i]]
-            nxs.append(round(cx * dbu - new.comp_w[i] / 2))
-            nys.append(round(cy * dbu - new.comp_h[i] / 2))
-            nor.append("N")
-            groups.append(GROUP)
-        else:
-            nxs.append(xs[j])
-            nys.append(ys[j])
-            nor.append(orient[j])
-            groups.append(d.comp_group[j])
-    fp.macro_xy = {i: fp.macro_xy[at[new.comp_name[i]]] for i in range(new.n_std, len(new.comp_name))
-                   if at.get(new.comp_name[i]) in fp.macro_xy}
-    new.comp_group, new.group_kind = groups, d.group_kind
-    legal = relegalize(new, fp, nxs, nys, nor)
+    new, nxs, nys, nor = _rebuilt(module, top, lef, sizes, d, fp, xs, ys, orient, new_cells)
+    moved = relegalize(new, fp, nxs, nys, nor)["cells_moved"]
+    after = design_rules.check(new, fp, nxs, nys, nor, caps, limits, rc, dbu, {clock})
+    settled, settle_area = 0, 0.0
+    for _ in range(SETTLE_ROUNDS):        # re-legalisation lengthened some nets: stronger drivers for them
+        more = upsize_drivers(module, new, after.cap_violations, limits, ladders)
+        if not more:
+            break
+        settled += len(more)
+        settle_area += sum(areas.get(b, 0.0) - areas.get(a, 0.0) for a, b in more.values())
+        new, nxs, nys, nor = _rebuilt(module, top, lef, sizes, new, fp, nxs, nys, nor, {})
+        moved += relegalize(new, fp, nxs, nys, nor)["cells_moved"]
+        after = design_rules.check(new, fp, nxs, nys, nor, caps, limits, rc, dbu, {clock})
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         with open(out / f"{top}.v", "w") as f:
@@ -158,9 +182,9 @@ def repair_design(module: dict, state: dict, lef, sizes, top: str, caps, limits,
                           state["macro_modules"])
         write_outputs(new, fp, lef, nxs, nys, nor, out, rc)
         summary |= {"netlist": str(out / f"{top}.v"), "spef": str(out / f"{top}.spef")}
-    after = design_rules.check(new, fp, nxs, nys, nor, caps, limits, rc, dbu, {clock})
-    summary |= {"cap_violations_after": len(after.cap_violations), "cells_moved": legal["cells_moved"]}
-    progress(f"electrical repair: {len(upsized):,} drivers up-sized, {summary.get('nets_repaired', 0):,} nets "
-             f"rebuilt, {summary.get('buffers_added', 0):,} buffers added ({summary.get('buffers_removed', 0):,} "
+    summary |= {"cap_violations_after": len(after.cap_violations), "cells_moved": moved,
+                "settle_upsized": settled, "area_change_um2": round(summary["area_change_um2"] + settle_area, 3)}
+    progress(f"electrical repair: {len(upsized) + settled:,} drivers up-sized, {summary.get('nets_repaired', 0):,} "
+             f"nets rebuilt, {summary.get('buffers_added', 0):,} buffers added ({summary.get('buffers_removed', 0):,} "
              f"removed); max-capacitance violations {len(before.cap_violations):,} -> {len(after.cap_violations):,}")
     return (new, nxs, nys, nor), summary
