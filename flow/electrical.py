@@ -94,27 +94,21 @@ def drive_limits(module: dict, limits: dict[tuple[str, str], float]):
     return limit
 
 
-def _rebuilt(module: dict, top: str, lef, sizes, d, fp, xs, ys, orient, new_cells: dict):
+def rebuilt(module: dict, top: str, lef, sizes, d, fp, xs, ys, orient, new_cell):
     """The placed design rebuilt from ``module`` after cells changed size or were added: every cell of ``d``
-    keeps its position (relegalize then fits the wider ones), a new cell (``new_cells``: key -> centre in um)
-    goes where the repair put it, in the electrical repair's group. ``fp.macro_xy`` is re-indexed in place."""
+    keeps its position and orientation (relegalize then fits the wider ones); ``new_cell(new, i, at)`` gives a
+    new cell ``i`` of ``new`` its (x, y, orientation, group), ``at`` mapping the names of ``d`` to its indices.
+    ``fp.macro_xy`` is re-keyed in place."""
     new = build_design(module, top, lef, sizes)
-    dbu = lef.dbu
     at = {name: i for i, name in enumerate(d.comp_name)}
     nxs, nys, nor, groups = [], [], [], []
     for i, name in enumerate(new.comp_name):
         j = at.get(name)
-        if j is None:
-            cx, cy = new_cells[new.comp_key[i]]
-            nxs.append(round(cx * dbu - new.comp_w[i] / 2))
-            nys.append(round(cy * dbu - new.comp_h[i] / 2))
-            nor.append("N")
-            groups.append(GROUP)
-        else:
-            nxs.append(xs[j])
-            nys.append(ys[j])
-            nor.append(orient[j])
-            groups.append(d.comp_group[j])
+        x, y, o, g = (xs[j], ys[j], orient[j], d.comp_group[j]) if j is not None else new_cell(new, i, at)
+        nxs.append(x)
+        nys.append(y)
+        nor.append(o)
+        groups.append(g)
     fp.macro_xy = {i: fp.macro_xy[at[new.comp_name[i]]] for i in range(new.n_std, len(new.comp_name))
                    if at.get(new.comp_name[i]) in fp.macro_xy}
     new.comp_group, new.group_kind = groups, d.group_kind
@@ -162,7 +156,12 @@ def repair_design(module: dict, state: dict, lef, sizes, top: str, caps, limits,
         new_cells = res.new_cells
         summary |= {**res.as_dict(), "area_change_um2": round(res.area_added_um2 - res.area_removed_um2
                                                               + upsize_area, 3)}
-    new, nxs, nys, nor = _rebuilt(module, top, lef, sizes, d, fp, xs, ys, orient, new_cells)
+    def at_repair(new, i, _at):
+        """A buffer of the repair: where flow/repair.py put it (its centre), in the electrical repair's group."""
+        cx, cy = new_cells[new.comp_key[i]]
+        return round(cx * dbu - new.comp_w[i] / 2), round(cy * dbu - new.comp_h[i] / 2), "N", GROUP
+
+    new, nxs, nys, nor = rebuilt(module, top, lef, sizes, d, fp, xs, ys, orient, at_repair)
     moved = relegalize(new, fp, nxs, nys, nor)["cells_moved"]
     after = design_rules.check(new, fp, nxs, nys, nor, caps, limits, rc, dbu, {clock})
     settled, settle_area = 0, 0.0
@@ -172,7 +171,7 @@ def repair_design(module: dict, state: dict, lef, sizes, top: str, caps, limits,
             break
         settled += len(more)
         settle_area += sum(areas.get(b, 0.0) - areas.get(a, 0.0) for a, b in more.values())
-        new, nxs, nys, nor = _rebuilt(module, top, lef, sizes, new, fp, nxs, nys, nor, {})
+        new, nxs, nys, nor = rebuilt(module, top, lef, sizes, new, fp, nxs, nys, nor, at_repair)
         moved += relegalize(new, fp, nxs, nys, nor)["cells_moved"]
         after = design_rules.check(new, fp, nxs, nys, nor, caps, limits, rc, dbu, {clock})
     if out is not None:

@@ -48,9 +48,9 @@ from flow.macro_map import MacroMapError, storage_lib
 from flow.parasitics import RcModel, macro_rects
 from flow.place import STATE_FILE, _read_lefs, load_state, write_outputs
 from flow.place_flat import pin_xy
-from flow.place_netlist import PROGRESS_TAG, PlaceError, build_design, inst_path, net_names, progress
+from flow.place_netlist import PROGRESS_TAG, PlaceError, inst_path, net_names, progress
 from flow.relegalize import relegalize
-from flow.electrical import repair_design
+from flow.electrical import rebuilt, repair_design
 from flow.repair import RepairError, input_caps, write_verilog
 from flow.resize import measure, resize, size_ladders, swap
 from flow.sta import StaError, constraints_tcl, run_sta
@@ -125,41 +125,27 @@ def _rebuild(module: dict, top: str, lef, sizes, d, fp, xs, ys, orient, held: ho
     """The placement objects of the repaired netlist, with the placed positions; a hold buffer starts at
     its sink's place, a load-isolation buffer at the centre of its sinks (flow/relegalize.py finds each a
     site, in the region of the cell nearest to it). The macros' floorplan positions are re-keyed."""
-    new = build_design(module, top, lef, sizes)
-    at = {name: k for k, name in enumerate(d.comp_name)}
     sink_of = {buf: inst for buf, inst, _ in held.inserted}
     near = {m.buffer: (m.moved[0].rsplit("/", 1)[0], m.xy) for m in moved.moves}
 
-    def origin(name: str) -> int:
-        """The placed cell a load-isolation buffer takes its orientation and group from: its first moved
-        sink's, through the buffers of earlier rounds that a later round moved."""
-        while name in near:
-            name = near[name][0]
-        return at[name]
-
-    nxs, nys, nor, groups = [], [], [], []
-    for i, name in enumerate(new.comp_name):
-        k = at.get(name)
+    def new_cell(new, i: int, at: dict[str, int]):
+        name = new.comp_name[i]
         if name in near:
-            (cx, cy), k = near[name][1], origin(name)
-            nxs.append(round(cx * lef.dbu - new.comp_w[i] / 2))
-            nys.append(round(cy * lef.dbu - new.comp_h[i] / 2))
-            nor.append(orient[k])
-            groups.append(d.comp_group[k])
-            continue
-        if k is None:
-            src = sink_of[name]
-            while src in sink_of:                    # a chain: the buffer next to the flip-flop first
-                src = sink_of[src]
+            # the placed cell a load-isolation buffer takes its orientation and group from: its first moved
+            # sink's, through the buffers of earlier rounds that a later round moved
+            (cx, cy), src = near[name][1], name
+            while src in near:
+                src = near[src][0]
             k = at[src]
-        nxs.append(xs[k])
-        nys.append(ys[k])
-        nor.append(orient[k])
-        groups.append(d.comp_group[k])
-    fp.macro_xy = {i: fp.macro_xy[at[new.comp_name[i]]] for i in range(new.n_std, len(new.comp_name))
-                   if at.get(new.comp_name[i]) in fp.macro_xy}
-    new.comp_group, new.group_kind = groups, d.group_kind
-    return new, nxs, nys, nor
+            return round(cx * lef.dbu - new.comp_w[i] / 2), round(cy * lef.dbu - new.comp_h[i] / 2), orient[k], \
+                d.comp_group[k]
+        src = sink_of[name]
+        while src in sink_of:                    # a chain: the buffer next to the flip-flop first
+            src = sink_of[src]
+        k = at[src]
+        return xs[k], ys[k], orient[k], d.comp_group[k]
+
+    return rebuilt(module, top, lef, sizes, d, fp, xs, ys, orient, new_cell)
 
 
 def _net_boxes(d, fp, xs, ys, orient, dbu: int) -> np.ndarray:
