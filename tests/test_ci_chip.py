@@ -4,6 +4,7 @@ repaired (electrical, sizing, load isolation, hold) and signed off at the clock 
 asserts the sign-off numbers themselves: setup slack at every corner, hold at the fast corner, no design-rule
 violation."""
 import json
+import os
 
 import pytest
 
@@ -13,8 +14,12 @@ from flow.synth import synthesize
 from hw.params import preset
 from rtl_gen import emit
 
-# The whole flow of this chip takes about a quarter of an hour of make test's time (579,643 cells); make test runs
-# it in one pytest-xdist worker while the other worker takes the rest of the suite (Makefile TEST_WORKERS).
+# Measured in make test on a fresh clone of 4162bf8 (two pytest-xdist workers, this file first in one of them): the flow
+# took 1,249 s of its worker (579,643 cells), and make test 57:26 with it against about 42 minutes without it on this
+# machine, which CI's machine would stretch to about 80 of its 90 minutes. Until the flow is cheaper it runs on
+# request: NANO_K3_CI_CHIP=1 python -m pytest -v tests/test_ci_chip.py
+pytestmark = pytest.mark.skipif(os.environ.get("NANO_K3_CI_CHIP") != "1",
+                                reason="the ci chip's flow takes ~21 min here; NANO_K3_CI_CHIP=1 runs it")
 CHIP = preset("ci")
 SETUP_CORNERS = ("slow", "typical", "fast")
 
