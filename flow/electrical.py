@@ -17,9 +17,10 @@ few millimetres away: 200 fF on a gate allowed 27 fF, 3.7 ns transitions at the 
 The wider and new cells are fitted into the rows (flow/relegalize.py); the nets that this lengthened past
 their limit get a stronger driver by the same rule, and the rows are fitted again (``SETTLE_ROUNDS`` times at
 most: on the nano chip these nets were the ones sign-off's touch-up sized, and a touch-up costs three more
-STA runs); then the netlist, DEF and SPEF are written again, so the timing repair that follows reads real wires. Only buffers are added and removed,
-and drivers only change size (flow/repair.py ``verify``). Sign-off runs it a second time after timing
-repair, keeping that repair's buffers, for the nets the sizing and the re-legalisation pushed over.
+STA runs); then the netlist, DEF and SPEF are written again, so the timing repair that follows reads real
+wires. Only buffers are added and removed, and drivers only change size (flow/repair.py ``verify``).
+Sign-off runs it a second time after timing repair, keeping that repair's buffers, for the nets the sizing
+and the re-legalisation pushed over.
 
 Spacing: 250 um of wire is about 15 fF (metal3/metal4 at 0.058 fF/um), within the max_capacitance of
 every Nangate45 X1 output but the weakest (about 10 fF), and a BUF_X4 drives it in about 0.1 ns at the

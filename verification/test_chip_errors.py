@@ -221,7 +221,8 @@ def test_chip_rejects_malformed_images():
     import shutil
     from hw.params import preset as chip_preset
     from rtl_gen import emit, read_filelist
-    from verification.runner import SIM_ROOT, link_rtl, run_cocotb, work_root
+    from flow.toolchain import work_root
+    from verification.runner import SIM_ROOT, link_rtl, run_cocotb
     from verification.test_chip import BUILD_ARGS, chip_sources
     name = "chip-errors-tiny"
     rtl = emit("chip", work_root() / "rtl" / name, chip_preset(CFG.name))

@@ -103,7 +103,8 @@ def test_chip_checks_its_roms():
     from hw.roms import ROM_SUBDIR, RTL_DIR
     from hw.chip_load import STATUS_BAD_ROM
     from rtl_gen import emit, read_config, read_filelist
-    from verification.runner import SIM_ROOT, link_rtl, run_cocotb, work_root
+    from flow.toolchain import work_root
+    from verification.runner import SIM_ROOT, link_rtl, run_cocotb
     from verification.test_chip import BUILD_ARGS, chip_sources
     name = "chip-roms-tiny"
     rtl = emit("chip", work_root() / "rtl" / name, chip_preset(CFG.name))

@@ -148,7 +148,8 @@ def run_chip_trace(config: str = "tiny", seq_len: int = 3, profile: str = "short
     from hw.params import preset as chip_preset
     from rtl_gen import emit, read_filelist
     from verification.chip_tb import RunSpec
-    from verification.runner import run_cocotb, work_root
+    from flow.toolchain import work_root
+    from verification.runner import run_cocotb
     from verification.test_chip import BUILD_ARGS, chip_sources
     rtl = emit("chip", work_root() / "rtl" / f"chip-{config}", chip_preset(config))
     run = RunSpec(seq_len=seq_len, profile=profile, config=config, group=group, seed=seed)

@@ -260,7 +260,8 @@ RESET_MODES = {
 def test_mem_engine_cocotb(mode):
     from hw.params import preset
     from rtl_gen.emit import emit, read_filelist
-    from verification.runner import run_cocotb, work_root
+    from flow.toolchain import work_root
+    from verification.runner import run_cocotb
 
     rtl = emit("mem_engine", work_root() / "rtl" / "mem_engine", preset("nano"))
     m = RESET_MODES[mode]
@@ -279,7 +280,8 @@ def test_mem_engine_lint():
     """verilator --lint-only -Wall of the emitted engine: no errors and no warnings."""
     from hw.params import preset
     from rtl_gen.emit import emit, read_filelist
-    from verification.runner import lint, work_root
+    from flow.toolchain import work_root
+    from verification.runner import lint
 
     rtl = emit("mem_engine", work_root() / "rtl" / "mem_engine", preset("nano"))
     res = lint(read_filelist(rtl.filelist), rtl.top)
