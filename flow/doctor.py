@@ -14,7 +14,10 @@ def main() -> int:
     for tool in TOOLS:
         ver, where = version(tool)
         status = ""
-        if ver is None:
+        if ver is None and tool.optional:
+            status = "missing (optional)"
+            print(f"  note: {tool.name} is optional ({tool.optional}); install with: {tool.install}")
+        elif ver is None:
             status = "MISSING"
             problems.append(f"{tool.name}: install with: {tool.install}")
         elif _vtuple(ver) < _vtuple(tool.minimum):

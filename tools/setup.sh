@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Create or refresh .venv with the pinned toolchain, and install Debian's OpenSTA when `sta` is missing.
+# Create or refresh .venv with the pinned toolchain; install Debian's OpenSTA when `sta` is missing (and ccache, optional).
 # Idempotent: the Makefile runs it only when pyproject.toml or this script changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,6 +34,17 @@ if ! command -v sta >/dev/null 2>&1; then
   else
     echo "setup: OpenSTA ('sta') is missing. Install it with: sudo apt-get update && sudo apt-get install -y opensta" >&2
     exit 1
+  fi
+fi
+# ccache is optional: with it a Verilator model built a second time (the same RTL in another test's folder)
+# compiles in seconds, which roughly halves make test; without it every build compiles anew.
+if ! command -v ccache >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "setup: installing Debian's ccache (Verilator builds reuse compiled C++)"
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ccache >/dev/null; } \
+      || echo "setup: ccache could not be installed; Verilator builds compile without it" >&2
+  else
+    echo "setup: note: ccache is missing (optional; faster repeated Verilator builds): sudo apt-get install -y ccache" >&2
   fi
 fi
 touch .venv/.installed

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Mapping, Sequence
 
-from flow.toolchain import require, tool_env, verilator_root, work_root
+from flow.toolchain import objcache, require, tool_env, verilator_root, work_root
 from hw.roms import RTL_DIR
 
 REPO = Path(__file__).resolve().parents[1]
@@ -73,9 +73,8 @@ def _tool_environ(extra: Mapping[str, str] = {}) -> Iterator[None]:
     saved = dict(os.environ)
     env = tool_env()
     env.update(extra)
-    pch = _pch_make_flags()
-    if pch:
-        env["MAKEFLAGS"] = f"{env.get('MAKEFLAGS', '')} {pch}".strip()
+    flags = [_pch_make_flags(), f"OBJCACHE={objcache()}" if objcache() else ""]
+    env["MAKEFLAGS"] = " ".join([env.get("MAKEFLAGS", ""), *flags]).strip()
     # the testbench imports project modules (nano_k3, hw, rtl_gen) in the simulator's Python
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
     os.environ.clear()

@@ -1,0 +1,50 @@
+"""Verilator builds go through ccache when it is installed (flow.toolchain.objcache): the same model built in a
+second folder, as the tests that each build the tiny chip do, compiles from the cache."""
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from flow.toolchain import objcache
+from verification.runner import MODELS, _tool_environ
+
+needs_ccache = pytest.mark.skipif(shutil.which("ccache") is None,
+                                  reason="ccache is not installed (optional; tools/setup.sh installs it as root)")
+
+
+def _stats(cache_dir) -> dict[str, int]:
+    out = subprocess.run(["ccache", "--print-stats"], env={**os.environ, "CCACHE_DIR": str(cache_dir)},
+                         capture_output=True, text=True, check=True).stdout
+    return {k: int(v) for k, v in (line.split("\t") for line in out.splitlines() if "\t" in line) if v.isdigit()}
+
+
+@needs_ccache
+def test_verilator_makeflags_name_ccache_unless_turned_off(monkeypatch):
+    monkeypatch.delenv("NANO_K3_CCACHE", raising=False)
+    with _tool_environ():
+        assert f"OBJCACHE={shutil.which('ccache')}" in os.environ["MAKEFLAGS"].split()
+    monkeypatch.setenv("NANO_K3_CCACHE", "0")
+    assert objcache() is None
+    with _tool_environ():
+        assert "OBJCACHE" not in os.environ.get("MAKEFLAGS", "")
+
+
+@needs_ccache
+def test_second_build_in_another_folder_compiles_from_the_cache(tmp_path, monkeypatch):
+    from cocotb_tools.runner import get_runner
+    monkeypatch.delenv("NANO_K3_CCACHE", raising=False)
+    cache = tmp_path / "ccache"
+
+    def build(folder: str) -> dict[str, int]:
+        with _tool_environ({"CCACHE_DIR": str(cache)}):
+            get_runner("verilator").build(sources=[MODELS / "msh_rom.v"], hdl_toplevel="msh_rom",
+                                          build_dir=tmp_path / folder, log_file=tmp_path / f"{folder}.log",
+                                          always=True)
+        return _stats(cache)
+
+    first = build("a")
+    assert first.get("cache_miss", 0) > 0 and first.get("direct_cache_hit", 0) == 0, first
+    second = build("b")
+    hits = second.get("direct_cache_hit", 0) + second.get("preprocessed_cache_hit", 0)
+    assert hits >= first["cache_miss"] - 2, (first, second)     # all but the precompiled header's objects
