@@ -118,9 +118,9 @@ pnr: synth
 # Design-space exploration on Ray Tune (flow/dse): TRIALS different points of DSE_PRESET's space in build/dse
 # (results.sqlite, pareto.png, front.md); run again to resume an interrupted sweep or to add trials.
 # ADDRESS=host:port joins a running Ray cluster; DSE_CPUS trials at a time on the local Ray, SYNTH_JOBS Yosys
-# processes each. A nano trial maps most engines again (`python -m flow.dse reuse --set norm_lanes=4`: 52 of 82
-# modules differ, in 16 of 17 parts, rtl_gen's private names being numbered design-wide), so it costs about a
-# cold `make synth` plus slow-corner STA.
+# processes each. A nano trial maps again only the engines whose Verilog changed (`python -m flow.dse reuse --set
+# norm_lanes=4`: 3 of 82 modules differ, in the norm, the element feeder and the core's own logic), plus a
+# slow-corner STA of the whole chip.
 TRIALS     ?= 40
 DSE_PRESET ?= nano
 DSE_CPUS   ?= 1
