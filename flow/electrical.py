@@ -15,9 +15,9 @@ few millimetres away: 200 fF on a gate allowed 27 fF, 3.7 ns transitions at the 
   only the wire to it).
 
 The wider and new cells are fitted into the rows (flow/relegalize.py); the nets that this lengthened past
-their limit get a stronger driver by the same rule, and the rows are fitted again (``SETTLE_ROUNDS`` times at
-most: on the nano chip these nets were the ones sign-off's touch-up sized, and a touch-up costs three more
-STA runs); then the netlist, DEF and SPEF are written again, so the timing repair that follows reads real
+their limit get a stronger driver, whatever their length (``SETTLE_MARGIN``), and the rows are fitted again
+(``SETTLE_ROUNDS`` times at most: on the nano chip these nets were the ones sign-off's touch-up sized, and a
+touch-up costs three more STA runs); then the netlist, DEF and SPEF are written again, so the timing repair that follows reads real
 wires. Only buffers are added and removed, and drivers only change size (flow/repair.py ``verify``).
 Sign-off runs it a second time after timing repair, keeping that repair's buffers, for the nets the sizing
 and the re-legalisation pushed over.
@@ -48,13 +48,17 @@ CAP_MARGIN = 0.85                   # the repair's target: this share of each dr
 UPSIZE_MAX_WIRE_UM = 2 * REPEATER_SPACING_UM
 GROUP = "(electrical repair)"       # the new buffers' group in the pictures
 SETTLE_ROUNDS = 2                   # rounds of up-sizing for the nets re-legalisation pushed over, after it
+# In those rounds any stronger size that carries the load takes the net, long or not: what they leave over a
+# limit only sign-off's touch-up mends, by the same up-sizing (flow/touchup.py) after a full STA.
+SETTLE_MARGIN = 1.0
 
 
 def upsize_drivers(module: dict, d, violations: list[dict], limits: dict[tuple[str, str], float],
-                   ladders: dict[str, list[int]]) -> dict[str, tuple[str, str]]:
+                   ladders: dict[str, list[int]], margin: float = UPSIZE_MARGIN,
+                   max_wire_um: float | None = UPSIZE_MAX_WIRE_UM) -> dict[str, tuple[str, str]]:
     """Cell key -> (cell, stronger cell) for every driver of a net in ``violations`` (design_rules cap
-    violations) that has a size of its function whose max capacitance is ``UPSIZE_MARGIN`` x the net's
-    load, on every violating output pin, when the net's wire is at most ``UPSIZE_MAX_WIRE_UM``. Drivers
+    violations) that has a size of its function whose max capacitance is ``margin`` x the net's load, on
+    every violating output pin, when the net's wire is at most ``max_wire_um`` (None: any length). Drivers
     without such a size (ports, macros, the strongest size already) and longer nets are left out: their
     nets get buffers and repeaters. ``module`` is edited in place."""
     key_of = dict(zip(d.comp_name, d.comp_key))
@@ -63,8 +67,8 @@ def upsize_drivers(module: dict, d, violations: list[dict], limits: dict[tuple[s
         if v["driver"] == "port":
             continue
         inst, pin = v["driver"].rsplit("/", 1)
-        if inst in key_of and v["wire_um"] <= UPSIZE_MAX_WIRE_UM:
-            need.setdefault(key_of[inst], []).append((pin, v["load_ff"] * UPSIZE_MARGIN))
+        if inst in key_of and (max_wire_um is None or v["wire_um"] <= max_wire_um):
+            need.setdefault(key_of[inst], []).append((pin, v["load_ff"] * margin))
     out = {}
     for key, pins in need.items():
         cell = module["cells"][key]["type"]
@@ -78,6 +82,17 @@ def upsize_drivers(module: dict, d, violations: list[dict], limits: dict[tuple[s
                 module["cells"][key]["type"] = f"{fam}_X{k}"
                 break
     return out
+
+
+def _over_limit(module: dict, d, violations: list[dict]) -> dict:
+    """The nets the repair leaves over their driver's real limit (not only over its ``CAP_MARGIN`` target):
+    what sign-off's touch-up would have to size; a few examples with their driver's cell and wire."""
+    cell_of = dict(zip(d.comp_name, d.comp_master))
+    over = sorted((v for v in violations if v["load_ff"] * CAP_MARGIN > v["limit_ff"]),
+                  key=lambda v: v["limit_ff"] / v["load_ff"])
+    return {"count": len(over), "examples": [
+        {**v, "limit_ff": round(v["limit_ff"] / CAP_MARGIN, 2),
+         "cell": cell_of.get(v["driver"].rsplit("/", 1)[0], v["driver"])} for v in over[:5]]}
 
 
 def drive_limits(module: dict, limits: dict[tuple[str, str], float]):
@@ -167,7 +182,7 @@ def repair_design(module: dict, state: dict, lef, sizes, top: str, caps, limits,
     after = design_rules.check(new, fp, nxs, nys, nor, caps, limits, rc, dbu, {clock})
     settled, settle_area = 0, 0.0
     for _ in range(SETTLE_ROUNDS):        # re-legalisation lengthened some nets: stronger drivers for them
-        more = upsize_drivers(module, new, after.cap_violations, limits, ladders)
+        more = upsize_drivers(module, new, after.cap_violations, limits, ladders, SETTLE_MARGIN, None)
         if not more:
             break
         settled += len(more)
@@ -182,7 +197,9 @@ def repair_design(module: dict, state: dict, lef, sizes, top: str, caps, limits,
                           state["macro_modules"])
         write_outputs(new, fp, lef, nxs, nys, nor, out, rc)
         summary |= {"netlist": str(out / f"{top}.v"), "spef": str(out / f"{top}.spef")}
-    summary |= {"cap_violations_after": len(after.cap_violations), "cells_moved": moved,
+    summary |= {"cap_violations_after": len(after.cap_violations), "left_over_limit": _over_limit(module, new,
+                                                                                                   after.cap_violations),
+                "cells_moved": moved,
                 "settle_upsized": settled, "area_change_um2": round(summary["area_change_um2"] + settle_area, 3)}
     progress(f"electrical repair: {len(upsized) + settled:,} drivers up-sized, {summary.get('nets_repaired', 0):,} "
              f"nets rebuilt, {summary.get('buffers_added', 0):,} buffers added ({summary.get('buffers_removed', 0):,} "

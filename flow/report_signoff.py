@@ -64,7 +64,8 @@ def _repair_rows(so: dict) -> list[str]:
         return (f"{x.get('drivers_upsized', 0):,} drivers up-sized, {x.get('nets_repaired', 0):,} nets rebuilt with "
                 f"{x.get('buffers_added', 0):,} buffers ({x.get('buffers_removed', 0):,} removed); max-cap "
                 f"violations {fmt(x.get('cap_violations_before'), ',')} → "
-                f"{fmt(x.get('cap_violations_after', x.get('cap_violations_before')), ',')}")
+                f"{fmt(x.get('cap_violations_after', x.get('cap_violations_before')), ',')}"
+                + (f" ({x['left_over_limit']['count']:,} over the limit itself)" if "left_over_limit" in x else ""))
     rows = [("electrical repair (before timing)", drv(e), e.get("area_change_um2")),
             ("sizing (slow corner)", f"{s['cells_resized']:,} cells up-sized; stopped: {s['stopped']}",
              s["area_change_um2"]),

@@ -80,6 +80,8 @@ def test_nets_over_a_tightened_limit_are_rebuilt_and_keep_the_logic(placed, tmp_
                           liberty_areas(slow), RcModel.from_lef(lef), "clk", None)
     assert s["settle_upsized"] > 0 and s0["settle_upsized"] == 0
     assert s["cap_violations_after"] < s0["cap_violations_after"], (s, s0)
+    assert s["left_over_limit"]["count"] <= s0["left_over_limit"]["count"] <= s0["cap_violations_after"], (s, s0)
+    assert all(e["load_ff"] > e["limit_ff"] for e in s0["left_over_limit"]["examples"]), s0["left_over_limit"]
 
 
 class _Design:
@@ -107,3 +109,15 @@ def test_upsize_drivers_takes_the_smallest_size_that_carries_the_load():
     assert out == {"key_x": ("XOR2_X1", "XOR2_X2"), "key_n": ("NAND2_X1", "NAND2_X4")}
     assert module["cells"]["key_n"]["type"] == "NAND2_X4" and module["cells"]["key_far"]["type"] == "NAND2_X1"
     assert 100.0 * UPSIZE_MARGIN > 118.0
+
+
+def test_settle_rounds_take_any_length_at_no_margin():
+    """After re-legalisation (``SETTLE_MARGIN``, no wire limit) a long net's driver is up-sized too, to the
+    smallest size that carries the load itself."""
+    from flow.electrical import SETTLE_MARGIN, UPSIZE_MAX_WIRE_UM, upsize_drivers
+    limits = {("NAND2_X1", "ZN"): 59.0, ("NAND2_X2", "ZN"): 118.0, ("NAND2_X4", "ZN"): 236.0}
+    module = {"cells": {"key_far": {"type": "NAND2_X1"}, "key_n": {"type": "NAND2_X1"}}}
+    v = [{"net": "c", "driver": "far/ZN", "load_ff": 70.0, "wire_um": 4 * UPSIZE_MAX_WIRE_UM},
+         {"net": "b", "driver": "n/ZN", "load_ff": 100.0, "wire_um": 200.0}]
+    out = upsize_drivers(module, _Design(["far", "n"]), v, limits, {"NAND2": [1, 2, 4]}, SETTLE_MARGIN, None)
+    assert out == {"key_far": ("NAND2_X1", "NAND2_X2"), "key_n": ("NAND2_X1", "NAND2_X2")}
