@@ -15,9 +15,12 @@ from hw.params import preset
 from rtl_gen import emit
 
 # The flow takes about 11 minutes alone here (rtl 20 s, synthesis ~2 min, placement 186 s, sign-off 454 s; the same
-# calls at e378a88, /work/cirun). The post-placement STA is left out: sign-off times the design it signs off.
-# NANO_K3_CI_CHIP=0 skips it (e.g. for a quick make test while editing).
-pytestmark = pytest.mark.skipif(os.environ.get("NANO_K3_CI_CHIP") == "0", reason="NANO_K3_CI_CHIP=0 skips the ci chip")
+# calls at e378a88, /work/cirun), without the post-placement STA: sign-off times the design it signs off. In make test
+# on a fresh clone of c4a516f (two pytest-xdist workers, Verilator through ccache) its fixture took 1,294 s of its
+# worker and the suite 1:00:16, which CI's machine (1.2-1.5x slower on earlier suites) would stretch to 72-90 of its
+# 90 minutes. Until the flow is cheaper it runs only with NANO_K3_CI_CHIP=1.
+pytestmark = pytest.mark.skipif(os.environ.get("NANO_K3_CI_CHIP") != "1",
+                                reason="the ci chip's flow (about 21 min of make test) runs with NANO_K3_CI_CHIP=1")
 CHIP = preset("ci")
 SETUP_CORNERS = ("slow", "typical", "fast")
 
