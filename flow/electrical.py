@@ -197,9 +197,8 @@ def repair_design(module: dict, state: dict, lef, sizes, top: str, caps, limits,
                           state["macro_modules"])
         write_outputs(new, fp, lef, nxs, nys, nor, out, rc)
         summary |= {"netlist": str(out / f"{top}.v"), "spef": str(out / f"{top}.spef")}
-    summary |= {"cap_violations_after": len(after.cap_violations), "left_over_limit": _over_limit(module, new,
-                                                                                                   after.cap_violations),
-                "cells_moved": moved,
+    summary |= {"cap_violations_after": len(after.cap_violations),
+                "left_over_limit": _over_limit(module, new, after.cap_violations), "cells_moved": moved,
                 "settle_upsized": settled, "area_change_um2": round(summary["area_change_um2"] + settle_area, 3)}
     progress(f"electrical repair: {len(upsized) + settled:,} drivers up-sized, {summary.get('nets_repaired', 0):,} "
              f"nets rebuilt, {summary.get('buffers_added', 0):,} buffers added ({summary.get('buffers_removed', 0):,} "

@@ -73,8 +73,9 @@ def _tool_environ(extra: Mapping[str, str] = {}) -> Iterator[None]:
     saved = dict(os.environ)
     env = tool_env()
     env.update(extra)
-    flags = [_pch_make_flags(), f"OBJCACHE={objcache()}" if objcache() else ""]
-    env["MAKEFLAGS"] = " ".join([env.get("MAKEFLAGS", ""), *flags]).strip()
+    cache = objcache()
+    flags = [env.get("MAKEFLAGS", ""), _pch_make_flags(), f"OBJCACHE={cache}" if cache else ""]
+    env["MAKEFLAGS"] = " ".join(f for f in flags if f)
     # the testbench imports project modules (nano_k3, hw, rtl_gen) in the simulator's Python
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
     os.environ.clear()
