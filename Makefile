@@ -26,7 +26,7 @@ REPORT_CMD  = $(PY) -m flow.report --build $(BUILD) --out $(BUILD)/report
 
 # Steps that need the PDK check it first, so a bad NANGATE45_PDK stops them before any work.
 .PHONY: setup pdk doctor rtl lint sim generate synth sta report readme demo test blocks place signoff pnr bench gatesim \
-        power dse dse-validate clean
+        power dse dse-validate test-nano clean
 
 setup: $(STAMP)
 
@@ -143,8 +143,14 @@ bench: rtl
 # One line per test, named before it runs and with its duration after (flow/pytest_progress.py); the
 # test files are shared out to TEST_WORKERS processes, each file's tests in one of them (--dist loadfile), the
 # longest files first (flow/pytest_schedule.py).
+# The tests marked nano (the nano chip itself under Verilator, 15-25 minutes each) are left to make test-nano:
+# CI runs the small chips (tiny, ci), and the nano chip's sign-off is make demo's.
+TEST_CMD = $(PY) -m pytest -v -p flow.pytest_progress --durations=15 -n $(TEST_WORKERS) --dist loadfile
 test: $(STAMP)
-	$(PY) -m pytest -v -p flow.pytest_progress --durations=15 -n $(TEST_WORKERS) --dist loadfile
+	$(TEST_CMD) -m "not nano"
+
+test-nano: $(STAMP)
+	$(TEST_CMD) -m nano
 
 clean:
 	rm -rf $(BUILD)

@@ -144,6 +144,7 @@ def test_run_length_is_spec_10():
     assert [run_length(TINY, 48), run_length(TINY, 48, 4 / 3), run_length(TINY, 16)] == [12, 16, 4]
 
 
+@pytest.mark.nano
 def test_chip_nano_short(tmp_path):
     """The real chip, nano short profile (16 positions); and the trained image in generate mode (issue 19):
     a 4-token prompt of held-out text, then 12 positions that read the chip's own argmax, token array and

@@ -356,6 +356,7 @@ def _run(preset_name: str, cases: int, testcase=None, scale_lanes: int | None = 
     return res
 
 
+@pytest.mark.nano
 def test_mac_array_nano():
     res = _run("nano", 500)
     assert res.n_tests == 4, res
