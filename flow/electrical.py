@@ -131,6 +131,23 @@ def rebuilt(module: dict, top: str, lef, sizes, d, fp, xs, ys, orient, new_cell)
     return new, nxs, nys, nor
 
 
+def resize_in_place(d, lef, changed: dict[str, tuple[str, str]]) -> None:
+    """Gives the standard cells of ``d`` whose key is in ``changed`` (key -> (old cell, new cell), what
+    ``upsize_drivers`` returns) their new master's width and pin offsets, as ``build_design`` would: a
+    size change alone does not need the whole design built again. Positions stay (relegalize fits them)."""
+    index = {key: i for i, key in enumerate(d.comp_key[:d.n_std])}
+    new_of = {index[key]: cells[1] for key, cells in changed.items()}
+    dbu = lef.dbu
+    for i, cell in new_of.items():
+        d.comp_master[i] = cell
+        d.comp_w[i] = int(round(lef.masters[cell].width_um * dbu))
+    for pins in d.net_pins:
+        for j, p in enumerate(pins):
+            if p[0] in new_of:
+                x, y = lef.masters[new_of[p[0]]].pins[p[1]].center_um
+                pins[j] = (p[0], p[1], int(round(x * dbu)), int(round(y * dbu)), p[4], p[5])
+
+
 def repair_design(module: dict, state: dict, lef, sizes, top: str, caps, limits, areas, rc, clock: str,
                   out: Path | None, keep: frozenset[str] = frozenset()) -> tuple[tuple, dict]:
     """Fixes every net of the placed ``state`` that breaks max capacitance: a stronger driver where one
@@ -187,7 +204,7 @@ def repair_design(module: dict, state: dict, lef, sizes, top: str, caps, limits,
             break
         settled += len(more)
         settle_area += sum(areas.get(b, 0.0) - areas.get(a, 0.0) for a, b in more.values())
-        new, nxs, nys, nor = rebuilt(module, top, lef, sizes, new, fp, nxs, nys, nor, at_repair)
+        resize_in_place(new, lef, more)
         moved += relegalize(new, fp, nxs, nys, nor)["cells_moved"]
         after = design_rules.check(new, fp, nxs, nys, nor, caps, limits, rc, dbu, {clock})
     if out is not None:

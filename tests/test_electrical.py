@@ -121,3 +121,29 @@ def test_settle_rounds_take_any_length_at_no_margin():
          {"net": "b", "driver": "n/ZN", "load_ff": 100.0, "wire_um": 200.0}]
     out = upsize_drivers(module, _Design(["far", "n"]), v, limits, {"NAND2": [1, 2, 4]}, SETTLE_MARGIN, None)
     assert out == {"key_far": ("NAND2_X1", "NAND2_X2"), "key_n": ("NAND2_X1", "NAND2_X2")}
+
+
+def test_resize_in_place_equals_a_rebuilt_design(placed):
+    """The settle rounds' shortcut: cells given a stronger size in place have the width and pin offsets a
+    design built again from the edited netlist has, and nothing else changes."""
+    from flow.electrical import resize_in_place
+    from flow.place_netlist import build_design
+    from flow.resize import SIZED
+    pdk = find_pdk()
+    lef, sizes = _read_lefs(pdk), storage_lib(pdk, placed / "pdk_cache")
+    state = load_state(placed / "place" / "placed.pickle")
+    module, d = state["module"], state["design"]
+    changed = {}
+    for key in d.comp_key[:d.n_std]:                  # every NAND2 / INV / BUF of size 1 to size 2
+        cell = module["cells"][key]["type"]
+        m = SIZED.match(cell)
+        if m and m.group(1) in ("NAND2", "INV", "BUF") and m.group(2) == "1":
+            changed[key] = (cell, f"{m.group(1)}_X2")
+            module["cells"][key]["type"] = f"{m.group(1)}_X2"
+    assert len(changed) > 10
+    resize_in_place(d, lef, changed)
+    fresh = build_design(module, "regions_small", lef, sizes)
+    assert d.comp_key == fresh.comp_key and d.comp_master == fresh.comp_master
+    assert d.comp_w == fresh.comp_w and d.comp_h == fresh.comp_h
+    assert d.net_name == fresh.net_name and d.net_pins == fresh.net_pins
+    assert any(lef.masters[new].width_um != lef.masters[old].width_um for old, new in changed.values())

@@ -148,6 +148,7 @@ def test_spef_names_and_steiner_factor():
     assert spef_escape("lane0/prod[3]", flat=True, bus=False) == "lane0\\/prod\\[3\\]"
     assert steiner_factor(2) == 1.0 and steiner_factor(4) > 1.0
     assert steiner_factor(100) > steiner_factor(50) > steiner_factor(10)
+    assert steiner_factor(17) == pytest.approx(1.6899 + (1.8924 - 1.6899) * 2 / 5) and steiner_factor(50) == 2.7886
     rng = random.Random(5)                          # the fast escape is the rule: a backslash before every
     for _ in range(2000):                           # character but a letter, digit or '_' (non-ASCII too)
         name = "".join(rng.choice("ab_Z09/[]$.\\ é:") for _ in range(rng.randint(0, 12)))
