@@ -38,6 +38,7 @@ import json
 import shutil
 import sys
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import numpy as np
@@ -53,7 +54,7 @@ from flow.relegalize import relegalize
 from flow.electrical import rebuilt, repair_design
 from flow.repair import RepairError, input_caps, write_verilog
 from flow.resize import measure, resize, size_ladders, swap
-from flow.sta import StaError, constraints_tcl, run_sta
+from flow.sta import StaError, constraints_tcl, memory_jobs, run_sta
 from flow.sta_session import StaSession, StaSessionError
 from flow.synth import liberty_areas
 from flow.toolchain import ToolError
@@ -75,45 +76,59 @@ class SignoffError(RuntimeError):
 
 
 def _session(stage: Path, corner: str, liberty: Path, netlist: Path, spef: Path, top: str, clock: str,
-             period_ns: float, log: str | None = None) -> StaSession:
+             period_ns: float, log: str | None = None, ahead: bool = False) -> StaSession:
+    """An OpenSTA session with the design read and constrained. ``ahead``: returns at once, the session
+    reading and then timing the design (min and max) on its own core while the caller goes on."""
     sta = StaSession(stage / (log or f"{corner}_session.log"))
-    progress(f"{corner} corner: reading {netlist.name} and {spef.name} into OpenSTA ...")
-    sta.run(f"read_liberty {{{liberty}}}\nread_verilog {{{netlist}}}\nlink_design {{{top}}}\n"
+    progress(f"{corner} corner: reading {netlist.name} and {spef.name} into OpenSTA"
+             + (" beside the sizing ..." if ahead else " ..."))
+    load = (f"read_liberty {{{liberty}}}\nread_verilog {{{netlist}}}\nlink_design {{{top}}}\n"
             + constraints_tcl(clock, period_ns, (SETUP_UNCERTAINTY_NS, HOLD_UNCERTAINTY_NS))
             + f"\nread_spef {{{spef}}}")
+    if ahead:
+        sta.submit(load)
+        sta.submit("sta::worst_slack_cmd min")
+    else:
+        sta.run(load)
     return sta
 
 
 def _repair(pdk, cache: Path, netlist: Path, spef: Path, module: dict, top: str, clock: str, period_ns: float,
             budget_s: float, stage: Path, rb_geometry: tuple):
     """Sizing at the slow corner, load isolation on the paths sizing leaves failing, sizing again; then hold
-    buffers at the fast corner on that netlist. ``rb_geometry``: (cell centre um, cell type, input pin caps,
-    wire fF per um) for flow/rebuffer.py."""
+    buffers at the fast corner on that netlist. The fast corner's session reads the design beside the
+    sizing when memory holds two sessions (``memory_jobs``), and takes the sizing's changes after it.
+    ``rb_geometry``: (cell centre um, cell type, input pin caps, wire fF per um) for flow/rebuffer.py."""
     slow = pdk.plain_liberty(SIZING_CORNER, cache).resolve()
+    fast = pdk.plain_liberty(HOLD_CORNER, cache).resolve()
     ladders = size_ladders(list(liberty_areas(slow)))
     taken = set(module["cells"])
     t0 = time.monotonic()
-    with _session(stage, SIZING_CORNER, slow, netlist, spef, top, clock, period_ns) as sta:
-        sized = resize(sta, ladders, 0.0, budget_s, progress)
-        wns, tns = measure(sta)
-        rb = rebuffer.Rebuffer(sta, *rb_geometry, taken)
-        moved = rebuffer.RebufferResult()
-        for _ in range(ALTERNATIONS):          # isolation and sizing in turn, while a turn improves the slack
-            more, wns_rb, tns = rebuffer.rebuffer(rb, lambda: measure(sta), wns, tns, 0.0, progress)
-            moved.moves += more.moves
-            moved.rounds += more.rounds
-            left = budget_s - (time.monotonic() - t0)
-            if not more.moves or wns_rb >= 0 or left <= 0:
-                wns = wns_rb
-                break
-            sized.merge(resize(sta, ladders, 0.0, left, progress))
-            wns_now, tns = measure(sta)
-            if wns_now <= wns + rebuffer.MIN_GAIN_NS:
+    with ExitStack() as later:
+        early = None
+        if memory_jobs(netlist, spef) >= 2:
+            early = later.enter_context(_session(stage, HOLD_CORNER, fast, netlist, spef, top, clock, period_ns,
+                                                 ahead=True))
+        with _session(stage, SIZING_CORNER, slow, netlist, spef, top, clock, period_ns) as sta:
+            sized = resize(sta, ladders, 0.0, budget_s, progress)
+            wns, tns = measure(sta)
+            rb = rebuffer.Rebuffer(sta, *rb_geometry, taken)
+            moved = rebuffer.RebufferResult()
+            for _ in range(ALTERNATIONS):          # isolation and sizing in turn, while a turn improves the slack
+                more, wns_rb, tns = rebuffer.rebuffer(rb, lambda: measure(sta), wns, tns, 0.0, progress)
+                moved.moves += more.moves
+                moved.rounds += more.rounds
+                left = budget_s - (time.monotonic() - t0)
+                if not more.moves or wns_rb >= 0 or left <= 0:
+                    wns = wns_rb
+                    break
+                sized.merge(resize(sta, ladders, 0.0, left, progress))
+                wns_now, tns = measure(sta)
+                if wns_now <= wns + rebuffer.MIN_GAIN_NS:
+                    wns = wns_now
+                    break
                 wns = wns_now
-                break
-            wns = wns_now
-    with _session(stage, HOLD_CORNER, pdk.plain_liberty(HOLD_CORNER, cache).resolve(), netlist, spef, top, clock,
-                  period_ns) as sta:
+        sta = early or later.enter_context(_session(stage, HOLD_CORNER, fast, netlist, spef, top, clock, period_ns))
         rebuffer.replay(sta, moved)
         swap(sta, sized.replaced)
         held = hold.fix_hold(sta, taken, progress)

@@ -42,18 +42,29 @@ class StaSession:
         self.log_path = Path(log)
         self._log = open(self.log_path, "w")
         self._ids = itertools.count()
+        self._pending: list[tuple[int, str]] = []
         driver = self.log_path.with_name(self.log_path.stem + "_driver.tcl")
         driver.write_text(DRIVER)
         self._proc = subprocess.Popen(["sta", "-no_init", "-no_splash", "-exit", str(driver)], stdin=subprocess.PIPE,
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
 
-    def run(self, tcl: str) -> str:
-        """The output of ``tcl`` (without OpenSTA's prompts); raises on a Tcl error or an ``Error:`` line."""
+    def submit(self, tcl: str) -> None:
+        """Sends ``tcl`` and returns at once: OpenSTA works on it meanwhile (a netlist read and its first
+        timing update while another session sizes). The next ``run`` or ``drain`` waits for its answer
+        first, and raises if it failed."""
         n = next(self._ids)
-        end = f"@@END{n}"
         self._log.write(f"### {tcl}\n")
         self._proc.stdin.write(f"{tcl}\n@@RUN {n}\n")
         self._proc.stdin.flush()
+        self._pending.append((n, tcl))
+
+    def drain(self) -> None:
+        """Waits for every ``submit``-ted command's answer (their output goes to the log only)."""
+        while self._pending:
+            self._collect(*self._pending.pop(0))
+
+    def _collect(self, n: int, tcl: str) -> str:
+        end = f"@@END{n}"
         lines = []
         for line in self._proc.stdout:
             line = line.rstrip("\n")
@@ -72,6 +83,12 @@ class StaSession:
         if bad:
             raise StaSessionError(f"OpenSTA: {bad[0]} (command: {tcl[:200]}); log: {self.log_path}")
         return text
+
+    def run(self, tcl: str) -> str:
+        """The output of ``tcl`` (without OpenSTA's prompts); raises on a Tcl error or an ``Error:`` line."""
+        self.drain()
+        self.submit(tcl)
+        return self._collect(*self._pending.pop())
 
     def value(self, expr: str) -> float:
         """A Tcl expression's numeric value, e.g. ``[sta::worst_slack_cmd max]``."""
