@@ -298,6 +298,8 @@ def repair(module: dict, cell_xy: dict, port_xy: dict[int, tuple[float, float]],
     force = {net.source(b) for b in force}
     trees = []
     for root in roots:
+        if only_forced and net.source(root) not in force:
+            continue                                # its tree stays: not walked (1.6M nets on the nano chip)
         leaves, bufs = net.tree(root)
         if (((len(leaves) > MAX_FANOUT and not only_forced) or net.source(root) in force)
                 and not any(pin in CLOCK_PINS for _, pin, _ in leaves)):
