@@ -294,8 +294,9 @@ def repair(module: dict, cell_xy: dict, port_xy: dict[int, tuple[float, float]],
                  if isinstance(b, int) and net.driver.get(b) is not None}
     roots = sorted(b for b in set(net.sinks) | out_ports if b not in clock_bits and
                    (net.driver.get(b) is None or not net.is_buffer(net.driver[b])) and b in net.driver)
-    progress(f"repair: {len(roots):,} driven nets to examine")
     force = {net.source(b) for b in force}
+    progress(f"repair: {len(force):,} of {len(roots):,} driven nets to rebuild" if only_forced else
+             f"repair: {len(roots):,} driven nets to examine")
     trees = []
     for root in roots:
         if only_forced and net.source(root) not in force:
