@@ -299,12 +299,13 @@ def repair(module: dict, cell_xy: dict, port_xy: dict[int, tuple[float, float]],
              f"repair: {len(roots):,} driven nets to examine")
     trees = []
     for root in roots:
-        if only_forced and net.source(root) not in force:
+        source = net.source(root)
+        if only_forced and source not in force:
             continue                                # its tree stays: not walked (1.6M nets on the nano chip)
         leaves, bufs = net.tree(root)
-        if (((len(leaves) > MAX_FANOUT and not only_forced) or net.source(root) in force)
+        if (((len(leaves) > MAX_FANOUT and not only_forced) or source in force)
                 and not any(pin in CLOCK_PINS for _, pin, _ in leaves)):
-            trees.append((root, net.source(root), leaves, bufs))      # sources before anything is removed
+            trees.append((root, source, leaves, bufs))      # sources before anything is removed
     for root, source, leaves, bufs in trees:
         res.largest_fanout = max(res.largest_fanout, len(leaves))
         sinks, unplaced = [], []
