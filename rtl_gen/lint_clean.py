@@ -29,6 +29,7 @@ import contextlib
 import itertools
 import os
 import re
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -385,15 +386,35 @@ def _yosys_log(path: Path):
         os.close(saved)
 
 
-def to_verilog(rtlil_text: str, top: str) -> str:
-    """Amaranth's RTLIL as clean Verilog-2005 (see the module docstring), ``top`` first."""
+def _clean_file(il: Path, v: Path) -> None:
+    """This process's half of ``to_verilog``: the RTLIL file ``il`` cleaned into the Verilog file ``v``."""
     design = ys.Design()
+    with _yosys_log(v.with_name("yosys.log")):
+        _run(f"read_rtlil {il}", design)
+        clean(design)
+        _run(f"write_verilog -norename -noattr {v}", design)
+
+
+def to_verilog(rtlil_text: str, top: str) -> str:
+    """Amaranth's RTLIL as clean Verilog-2005 (see the module docstring), ``top`` first.
+
+    Yosys runs in a fresh Python process. Yosys orders a design's cells and wires by the numbers of their names
+    in one table per process, which every design read before changes, and the clean-up's result depends on that
+    order: in one process the tiny chip's second emission came out different from its first (56,986 lines
+    against 57,025, equivalent). A fresh process makes the same RTLIL give the same Verilog, so builds and
+    syntheses keyed by the Verilog's hash are reused."""
     with tempfile.TemporaryDirectory(prefix="lint_clean.") as tmp:
         il, v = Path(tmp) / "in.il", Path(tmp) / "out.v"
         il.write_text(rtlil_text)
-        with _yosys_log(Path(tmp) / "yosys.log"):
-            _run(f"read_rtlil {il}", design)
-            clean(design)
-            _run(f"write_verilog -norename -noattr {v}", design)
+        repo = str(Path(__file__).resolve().parents[1])
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (repo, os.environ.get("PYTHONPATH")) if p))
+        proc = subprocess.run([sys.executable, "-m", "rtl_gen.lint_clean", str(il), str(v)], env=env,
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"lint_clean of {top} failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
         text = v.read_text()
     return _top_first(text, top)
+
+
+if __name__ == "__main__":
+    _clean_file(Path(sys.argv[1]), Path(sys.argv[2]))

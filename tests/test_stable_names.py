@@ -54,10 +54,15 @@ class _Pair(wiring.Component):
 
 
 def _module_texts(tmp_path, steps_a: int, stable: bool, monkeypatch) -> dict[str, str]:
-    if not stable:
+    il = rtlil.convert(_Pair(steps_a), name="pair", emit_src=False)
+    if stable:
+        text = lint_clean.to_verilog(il, "pair")
+    else:                       # the clean-up in this process (to_verilog runs it in a fresh one), renumbering off
         monkeypatch.setattr(lint_clean, "renumber", lambda design: None)
-    text = lint_clean.to_verilog(rtlil.convert(_Pair(steps_a), name="pair", emit_src=False), "pair")
-    monkeypatch.undo()
+        (tmp_path / "pair.il").write_text(il)
+        lint_clean._clean_file(tmp_path / "pair.il", tmp_path / "raw.v")
+        monkeypatch.undo()
+        text = (tmp_path / "raw.v").read_text()
     path = tmp_path / f"pair_{steps_a}_{stable}.v"
     path.write_text(text)
     modules = read_source([path], []).modules

