@@ -48,3 +48,12 @@ def test_second_build_in_another_folder_compiles_from_the_cache(tmp_path, monkey
     second = build("b")
     hits = second.get("direct_cache_hit", 0) + second.get("preprocessed_cache_hit", 0)
     assert hits >= first["cache_miss"] - 2, (first, second)     # all but the precompiled header's objects
+
+
+def test_models_are_built_for_build_speed_unless_asked_for_simulation_speed():
+    from verification.runner import BUILD_OPT, SIM_OPT
+    with _tool_environ():
+        assert f"OPT_FAST={BUILD_OPT}" in os.environ["MAKEFLAGS"].split()
+    with _tool_environ(opt=SIM_OPT):
+        assert f"OPT_FAST={SIM_OPT}" in os.environ["MAKEFLAGS"].split()
+    assert BUILD_OPT != SIM_OPT

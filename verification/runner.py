@@ -31,6 +31,12 @@ SIM_ROOT = work_root() / "sim"
 MODELS = Path(__file__).resolve().parent / "models"
 STAGE_ROOT = REPO / "build" / "vsrc"        # shared by xdist workers: entries are written whole, then renamed
 STAGE_MAX_AGE_S = 24 * 3600                 # staged sources unused this long are removed
+# g++ optimisation of a model's hot code (Verilator's OPT_FAST; its cold code is built at -O0). The tiny chip,
+# built and run by itself (NANO_K3_CCACHE=0 python -m verification.chip_sim --run 128,12,long --no-rand-reset):
+# -Os took 232 s of CPU and simulated its 26,671 cycles in 3.8 s, -O1 133 s and 4.6 s, -O0 89 s and 20.0 s.
+# Tests build many models and run each briefly: BUILD_OPT. Runs of the nano chip simulate for minutes: SIM_OPT.
+BUILD_OPT = "-O1"
+SIM_OPT = "-Os"
 
 
 class SimFailure(RuntimeError):
@@ -76,13 +82,14 @@ def _pch_make_flags() -> str:
 
 
 @contextlib.contextmanager
-def _tool_environ(extra: Mapping[str, str] = {}) -> Iterator[None]:
-    """cocotb's runner copies os.environ into its subprocesses, so apply tool_env() there for the call."""
+def _tool_environ(extra: Mapping[str, str] = {}, opt: str = BUILD_OPT) -> Iterator[None]:
+    """cocotb's runner copies os.environ into its subprocesses, so apply tool_env() there for the call;
+    ``opt``: the g++ optimisation of the model's hot code."""
     saved = dict(os.environ)
     env = tool_env()
     env.update(extra)
     cache = objcache()
-    flags = [env.get("MAKEFLAGS", ""), _pch_make_flags(), f"OBJCACHE={cache}" if cache else ""]
+    flags = [env.get("MAKEFLAGS", ""), _pch_make_flags(), f"OBJCACHE={cache}" if cache else "", f"OPT_FAST={opt}"]
     env["MAKEFLAGS"] = " ".join(f for f in flags if f)
     # the testbench imports project modules (nano_k3, hw, rtl_gen) in the simulator's Python
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
@@ -166,6 +173,7 @@ def run_cocotb(
     build_dir: Path | None = None,
     test_dir: Path | None = None,
     build: bool = True,
+    opt: str = BUILD_OPT,
 ) -> SimResult:
     """Build ``sources`` with Verilator into ``build_dir`` (default build/sim/<name>; Verilator runs there)
     and run the cocotb ``test_module`` in ``test_dir`` (default ``build_dir``; its log and results go there).
@@ -174,7 +182,8 @@ def run_cocotb(
     ``plusargs`` reach the simulation binary (e.g. ``+verilator+rand+reset+2``); ``build_args``
     reach the verilator command line (e.g. ``--x-initial unique``). ``build=False`` runs the binary an
     earlier call built in ``build_dir`` again (e.g. from another ``test_dir`` with other ROM files).
-    Verilator reads ``sources`` through ``stage_sources``: its messages name the staged copies.
+    Verilator reads ``sources`` through ``stage_sources``: its messages name the staged copies. ``opt``: g++'s
+    optimisation of the model's hot code (``BUILD_OPT``, or ``SIM_OPT`` for a long simulation).
     """
     from cocotb_tools.runner import get_results, get_runner
 
@@ -191,7 +200,7 @@ def run_cocotb(
     result = lambda ok, n, f: SimResult(name, ok, n, f, results_xml, log, build_dir)  # noqa: E731
 
     srcs = stage_sources([Path(s).resolve() for s in sources]) if build else []
-    with _tool_environ(extra_env):
+    with _tool_environ(extra_env, opt):
         runner = get_runner("verilator")
         try:
             if build:
