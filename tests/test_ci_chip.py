@@ -15,9 +15,8 @@ from rtl_gen import emit
 
 # The flow takes about 11 minutes alone here (rtl 20 s, synthesis ~2 min, placement 186 s, sign-off 454 s; the same
 # calls at e378a88, /work/cirun), without the post-placement STA: sign-off times the design it signs off. Inside
-# make test its fixture took 1,158 s of its worker and the suite 40:39 (bash .ci/run on a fresh clone of 77ce0d4:
-# 666 passed; the machine's ccache warm from earlier runs); make test leaves the nano chip's own simulations to
-# make test-nano, which makes room for it.
+# make test its fixture took 964 s of its worker and the suite 29:44 (CCACHE_DIR=<empty folder> bash .ci/run on a
+# fresh clone of 713c33e: 675 passed); make test leaves the nano chip's own simulations to make test-nano.
 CHIP = preset("ci")
 SETUP_CORNERS = ("slow", "typical", "fast")
 
