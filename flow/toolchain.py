@@ -5,6 +5,7 @@ step at once with the command that fixes it.
 """
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import importlib.util
 import os
@@ -86,6 +87,19 @@ def objcache() -> str | None:
     if os.environ.get("NANO_K3_CCACHE", "1") == "0":
         return None
     return shutil.which("ccache")
+
+
+def named_files_digest(files) -> str:
+    """SHA-256 over each file's name and contents, in order: the key of a cache of what those files build."""
+    h = hashlib.sha256()
+    for f in files:
+        h.update(Path(f).name.encode() + b"\0" + Path(f).read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def repo_pythonpath(env: dict[str, str]) -> str:
+    """``env``'s PYTHONPATH with this repository first, for a Python subprocess that imports project modules."""
+    return os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
 
 
 def tool_env() -> dict[str, str]:

@@ -37,6 +37,7 @@ from pathlib import Path
 from pyosys import libyosys as ys
 
 from flow.synth import MACRO_STUBS
+from flow.toolchain import repo_pythonpath
 from rtl_gen.stable_names import renumber
 
 # Cells whose low Y bits depend only on the low bits of A and B (operands can be cut or extended to Y).
@@ -406,8 +407,7 @@ def to_verilog(rtlil_text: str, top: str) -> str:
     with tempfile.TemporaryDirectory(prefix="lint_clean.") as tmp:
         il, v = Path(tmp) / "in.il", Path(tmp) / "out.v"
         il.write_text(rtlil_text)
-        repo = str(Path(__file__).resolve().parents[1])
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (repo, os.environ.get("PYTHONPATH")) if p))
+        env = dict(os.environ, PYTHONPATH=repo_pythonpath(dict(os.environ)))
         proc = subprocess.run([sys.executable, "-m", "rtl_gen.lint_clean", str(il), str(v)], env=env,
                               capture_output=True, text=True)
         if proc.returncode != 0:

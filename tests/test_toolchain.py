@@ -57,3 +57,33 @@ def test_models_are_built_for_build_speed_unless_asked_for_simulation_speed():
     with _tool_environ(opt=SIM_OPT):
         assert f"OPT_FAST={SIM_OPT}" in os.environ["MAKEFLAGS"].split()
     assert BUILD_OPT != SIM_OPT
+
+
+def test_only_runs_of_a_long_configuration_get_a_model_built_for_simulation_speed():
+    from verification.runner import BUILD_OPT, SIM_OPT, model_opt
+    assert model_opt(["tiny", "nano"]) == SIM_OPT
+    assert model_opt(["tiny", "ci"]) == BUILD_OPT
+    assert model_opt([]) == BUILD_OPT
+
+
+def test_the_files_digest_follows_names_contents_and_order(tmp_path):
+    from flow.toolchain import named_files_digest
+    a, b = tmp_path / "a.v", tmp_path / "b.v"
+    a.write_text("module a; endmodule\n")
+    b.write_text("module b; endmodule\n")
+    base = named_files_digest([a, b])
+    assert named_files_digest([b, a]) != base
+    moved = tmp_path / "x"
+    moved.mkdir()
+    (moved / "a.v").write_text(a.read_text())
+    assert named_files_digest([moved / "a.v", b]) == base      # the folder does not count, the name does
+    (moved / "c.v").write_text(a.read_text())
+    assert named_files_digest([moved / "c.v", b]) != base
+    b.write_text("module b2; endmodule\n")
+    assert named_files_digest([a, b]) != base
+
+
+def test_a_subprocess_finds_the_project_modules_first():
+    from flow.toolchain import REPO, repo_pythonpath
+    assert repo_pythonpath({}) == str(REPO)
+    assert repo_pythonpath({"PYTHONPATH": "/x"}).split(os.pathsep) == [str(REPO), "/x"]

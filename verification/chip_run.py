@@ -148,9 +148,9 @@ def run_chip_sim(name: str, sources: Sequence[Path], toplevel: str, runs: Sequen
     ``rtl_dir``: the emitted RTL folder, linked as ``rtl`` beside the simulator (its ROM files, SPEC §5);
     ``build_args`` go to Verilator after ``BUILD_ARGS``; ``build=False`` runs the binary built before;
     ``reset_seed``: Verilator's seed for the random initial state (with ``rand_reset``). Runs of the nano chip
-    are built for simulation speed (``runner.SIM_OPT``), others for build speed.
+    are built for simulation speed (``runner.model_opt``), others for build speed.
     Never raises for failing checks: the reports say."""
-    from verification.runner import BUILD_OPT, SIM_OPT, SIM_ROOT, link_rtl, run_cocotb
+    from verification.runner import SIM_ROOT, link_rtl, model_opt, run_cocotb
 
     t0 = time.monotonic()
     # absolute: the test module runs in build_dir and finds its folders through the environment
@@ -173,7 +173,7 @@ def run_chip_sim(name: str, sources: Sequence[Path], toplevel: str, runs: Sequen
                                             if rand_reset else ())],
                      extra_env={RUNS_ENV: runs_to_env(list(runs)), OUT_ENV: str(out), REFS_ENV: str(refs)},
                      check=False, build_dir=build_dir, build=build,
-                     opt=SIM_OPT if any(r.config == "nano" for r in runs) else BUILD_OPT)
+                     opt=model_opt(r.config for r in runs))
     suffix = RAND_RESET_SUFFIX if rand_reset else ""
     tested = case_times(res.results_xml)
     reports, outputs, times = {}, {}, {}

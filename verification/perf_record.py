@@ -11,13 +11,12 @@ passing runs are recorded.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Sequence
 
 from verification.chip_tb import RunSpec
-from flow.toolchain import work_root
+from flow.toolchain import named_files_digest, work_root
 
 RECORD_ROOT = work_root() / "perf_record"
 RECORD_FORMAT = 1
@@ -31,10 +30,7 @@ def rtl_digest(rtl_dir: Path) -> str:
     rtl_dir = Path(rtl_dir)
     cfg, _ = read_config(rtl_dir / "config.json")
     files = read_filelist(rtl_dir / cfg["files"]["filelist"]) + sorted((rtl_dir / ROM_SUBDIR).glob("*"))
-    h = hashlib.sha256()
-    for f in files:
-        h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
-    return h.hexdigest()
+    return named_files_digest(files)
 
 
 def record_path(root: Path, digest: str, run: RunSpec) -> Path:

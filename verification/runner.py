@@ -13,7 +13,6 @@ for every test and worker that builds it.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import re
 import shutil
@@ -23,7 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Mapping, Sequence
 
-from flow.toolchain import objcache, require, tool_env, verilator_root, work_root
+from flow.toolchain import (named_files_digest, objcache, repo_pythonpath, require, tool_env, verilator_root,
+                            work_root)
 from hw.roms import RTL_DIR
 
 REPO = Path(__file__).resolve().parents[1]
@@ -37,6 +37,12 @@ STAGE_MAX_AGE_S = 24 * 3600                 # staged sources unused this long ar
 # Tests build many models and run each briefly: BUILD_OPT. Runs of the nano chip simulate for minutes: SIM_OPT.
 BUILD_OPT = "-O1"
 SIM_OPT = "-Os"
+LONG_RUN_CONFIGS = frozenset({"nano"})       # configurations whose runs simulate for minutes
+
+
+def model_opt(configs) -> str:
+    """The optimisation for a model that runs the configurations ``configs`` (names such as "nano")."""
+    return SIM_OPT if LONG_RUN_CONFIGS & set(configs) else BUILD_OPT
 
 
 class SimFailure(RuntimeError):
@@ -92,7 +98,7 @@ def _tool_environ(extra: Mapping[str, str] = {}, opt: str = BUILD_OPT) -> Iterat
     flags = [env.get("MAKEFLAGS", ""), _pch_make_flags(), f"OBJCACHE={cache}" if cache else "", f"OPT_FAST={opt}"]
     env["MAKEFLAGS"] = " ".join(f for f in flags if f)
     # the testbench imports project modules (nano_k3, hw, rtl_gen) in the simulator's Python
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    env["PYTHONPATH"] = repo_pythonpath(env)
     os.environ.clear()
     os.environ.update(env)
     try:
@@ -127,10 +133,7 @@ def stage_sources(sources: Sequence[Path], root: Path | None = None) -> list[Pat
     Verilator under one path wherever it was emitted. A folder appears whole (written aside, then renamed), so
     two workers staging the same sources at once both get a complete copy; folders not used for a day go."""
     root = STAGE_ROOT if root is None else root
-    h = hashlib.sha256()
-    for src in sources:
-        h.update(src.name.encode() + b"\0" + src.read_bytes() + b"\0")
-    key = h.hexdigest()[:20]
+    key = named_files_digest(sources)[:20]
     names, seen = [], set()
     for i, src in enumerate(sources):           # a repeated file name goes into its own sub-folder
         names.append(Path(src.name) if src.name not in seen else Path(f"{i}") / src.name)

@@ -337,7 +337,7 @@ def _run(preset_name: str, cases: int, testcase=None, scale_lanes: int | None = 
     from amaranth.back import rtlil
     from hw.params import preset
     from rtl_gen import emit, lint_clean, read_filelist
-    from verification.runner import BUILD_OPT, MODELS, SIM_OPT, SIM_ROOT, lint, run_cocotb
+    from verification.runner import MODELS, SIM_ROOT, lint, model_opt, run_cocotb
     name = f"mac_array_{preset_name}" + (f"_s{scale_lanes}" if scale_lanes is not None else "")
     out = emit("mac_array", SIM_ROOT / name / "rtl", preset(preset_name))
     rtl, env = read_filelist(out.filelist), {CFG_ENV: str(out.config), CASES_ENV: str(cases)}
@@ -351,7 +351,7 @@ def _run(preset_name: str, cases: int, testcase=None, scale_lanes: int | None = 
     assert lint_result.errors == 0, lint_result.output
     res = run_cocotb(name, sources, out.top, "verification.test_mac_array", testcase=testcase,
                      build_args=["--x-initial", "unique", *SIM_WAIVERS], plusargs=["+verilator+rand+reset+2"],
-                     extra_env=env, opt=SIM_OPT if preset_name == "nano" else BUILD_OPT)
+                     extra_env=env, opt=model_opt([preset_name]))
     assert res.passed and res.n_failed == 0, res
     return res
 
