@@ -37,6 +37,11 @@ STAGE_MAX_AGE_S = 24 * 3600                 # staged sources unused this long ar
 # Tests build many models and run each briefly: BUILD_OPT. Runs of the nano chip simulate for minutes: SIM_OPT.
 BUILD_OPT = "-O1"
 SIM_OPT = "-Os"
+# cocotb's Verilator runner makes every signal public (--public-flat-rw). The tiny chip with every signal public
+# took 15 s to verilate and 118 s of CPU to compile at -O1, with only the top level's and PUBLIC_VLT's signals
+# public 10 s and 36 s. Those are all a testbench reads.
+PUBLIC_ARGS = ("--public-depth", "1")
+PUBLIC_VLT = MODELS / "testbench_public.vlt"
 LONG_RUN_CONFIGS = frozenset({"nano"})       # configurations whose runs simulate for minutes
 
 
@@ -156,6 +161,18 @@ def stage_sources(sources: Sequence[Path], root: Path | None = None) -> list[Pat
     return [final / name for name in names]
 
 
+def _PrivateVerilator():
+    """cocotb's Verilator runner without its ``--public-flat-rw`` (see ``PUBLIC_ARGS``)."""
+    from cocotb_tools.runner import Verilator
+
+    class PrivateVerilator(Verilator):
+        def _build_command(self):
+            cmds = super()._build_command()
+            return [[a for a in cmd if a != "--public-flat-rw"] for cmd in cmds]
+
+    return PrivateVerilator()
+
+
 def run_cocotb(
     name: str,
     sources: Sequence[Path | str],
@@ -185,10 +202,11 @@ def run_cocotb(
     ``plusargs`` reach the simulation binary (e.g. ``+verilator+rand+reset+2``); ``build_args``
     reach the verilator command line (e.g. ``--x-initial unique``). ``build=False`` runs the binary an
     earlier call built in ``build_dir`` again (e.g. from another ``test_dir`` with other ROM files).
-    Verilator reads ``sources`` through ``stage_sources``: its messages name the staged copies. ``opt``: g++'s
+    Verilator reads ``sources`` through ``stage_sources``: its messages name the staged copies. A testbench sees the
+    top level's signals and those ``PUBLIC_VLT`` names, no others. ``opt``: g++'s
     optimisation of the model's hot code (``BUILD_OPT``, or ``SIM_OPT`` for a long simulation).
     """
-    from cocotb_tools.runner import get_results, get_runner
+    from cocotb_tools.runner import get_results
 
     require("verilator")
     require("cocotb")
@@ -202,14 +220,14 @@ def run_cocotb(
     results_xml.unlink(missing_ok=True)
     result = lambda ok, n, f: SimResult(name, ok, n, f, results_xml, log, build_dir)  # noqa: E731
 
-    srcs = stage_sources([Path(s).resolve() for s in sources]) if build else []
+    srcs = stage_sources([*(Path(s).resolve() for s in sources), PUBLIC_VLT]) if build else []
     with _tool_environ(extra_env, opt):
-        runner = get_runner("verilator")
+        runner = _PrivateVerilator()
         try:
             if build:
                 runner.build(sources=srcs, hdl_toplevel=toplevel, parameters=dict(parameters),
                              defines=dict(defines), includes=[Path(i) for i in includes],
-                             build_args=list(build_args), build_dir=build_dir, waves=waves,
+                             build_args=[*PUBLIC_ARGS, *build_args], build_dir=build_dir, waves=waves,
                              timescale=("1ns", "1ps"), log_file=build_log, always=True)
         except (RuntimeError, SystemExit) as e:
             log.write_text(build_log.read_text(errors="replace") if build_log.exists() else "")
