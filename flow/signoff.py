@@ -106,7 +106,7 @@ def _repair(pdk, cache: Path, netlist: Path, spef: Path, module: dict, top: str,
     t0 = time.monotonic()
     with ExitStack() as later:
         early = None
-        if memory_jobs(netlist, spef) >= 2:
+        if memory_jobs(netlist, spef, 2) >= 2:
             early = later.enter_context(_session(stage, HOLD_CORNER, fast, netlist, spef, top, clock, period_ns,
                                                  ahead=True))
         with _session(stage, SIZING_CORNER, slow, netlist, spef, top, clock, period_ns) as sta:

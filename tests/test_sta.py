@@ -78,10 +78,11 @@ Endpoint: y (output port clocked by clk)
 
 
 def test_sta_processes_are_as_many_as_the_memory_holds(tmp_path, monkeypatch):
-    """One OpenSTA per CPU for a small design; one when each would need more than the memory available
-    (the nano sign-off's two 4.4 GB processes beside its own 13 GB filled the machine)."""
+    """One OpenSTA per corner for a small design, whatever the CPUs; one when each would need more than the
+    memory available (the nano sign-off's two 4.4 GB processes beside its own 13 GB filled the machine)."""
     netlist = tmp_path / "top.v"
     netlist.write_text("module top; endmodule\n" * 100)
-    assert memory_jobs(netlist, None) == job_count(None, "OpenSTA processes")
+    assert memory_jobs(netlist, None, 3) == 3
+    assert memory_jobs(netlist, None, 2 * job_count(None, "OpenSTA processes")) > job_count(None, "CPUs")
     monkeypatch.setattr(sta_mod, "STA_BYTES_PER_INPUT_BYTE", 1e12)     # a terabyte per byte of input
-    assert memory_jobs(netlist, netlist) == 1
+    assert memory_jobs(netlist, netlist, 3) == 1
