@@ -37,11 +37,13 @@ STAGE_MAX_AGE_S = 24 * 3600                 # staged sources unused this long ar
 # Tests build many models and run each briefly: BUILD_OPT. Runs of the nano chip simulate for minutes: SIM_OPT.
 BUILD_OPT = "-O1"
 SIM_OPT = "-Os"
-# cocotb's Verilator runner makes every signal public (--public-flat-rw). The tiny chip with every signal public
-# took 15 s to verilate and 118 s of CPU to compile at -O1, with only the top level's and PUBLIC_VLT's signals
-# public 10 s and 36 s. Those are all a testbench reads.
-PUBLIC_ARGS = ("--public-depth", "1")
+# cocotb's Verilator runner makes every signal public (--public-flat-rw). A testbench reads the top level's ports
+# and parameters and the few internal signals PUBLIC_VLT names; only those are made public (``_public_config``).
+# The tiny chip with every signal public took 15 s to verilate and 118 s of CPU to compile at -O1, with only the
+# top level's and PUBLIC_VLT's signals public 10 s and 36 s; the tiny MAC array's C++ is 2.1 MB with its ports
+# public, 16 MB with its top level's signals.
 PUBLIC_VLT = MODELS / "testbench_public.vlt"
+PORTS_VLT = "testbench_ports.vlt"
 LONG_RUN_CONFIGS = frozenset({"nano"})       # configurations whose runs simulate for minutes
 
 
@@ -161,6 +163,55 @@ def stage_sources(sources: Sequence[Path], root: Path | None = None) -> list[Pat
     return [final / name for name in names]
 
 
+def _strip_comments(text: str) -> str:
+    return re.sub(r"/\*.*?\*/|//[^\n]*", " ", text, flags=re.S)
+
+
+def _balanced(text: str, start: int) -> int:
+    """The index just past the parenthesis that closes the one at ``start``."""
+    depth = 0
+    for i in range(start, len(text)):
+        depth += {"(": 1, ")": -1}.get(text[i], 0)
+        if depth == 0:
+            return i + 1
+    raise ValueError("unbalanced parentheses")
+
+
+def port_names(sources: Sequence[Path], top: str) -> list[str] | None:
+    """The port names of module ``top`` in ``sources`` (a Verilog-2005 header, ANSI or not), or None when no
+    source declares it."""
+    head = re.compile(rf"\bmodule\s+(?:\\{re.escape(top)}\s|{re.escape(top)}\b)")
+    for src in sources:
+        if src.suffix not in (".v", ".sv"):
+            continue
+        text = _strip_comments(src.read_text(errors="replace"))
+        m = head.search(text)
+        if not m:
+            continue
+        i = m.end()
+        while text[i].isspace():
+            i += 1
+        if text[i] == "#":                      # a parameter list first
+            i = _balanced(text, text.index("(", i))
+        i = text.index("(", i)
+        items = re.sub(r"\[[^\]]*\]", " ", text[i + 1:_balanced(text, i) - 1]).split(",")
+        names = [re.findall(r"\\(\S+)|([A-Za-z_][\w$]*)", item)[-1] for item in items if item.strip()]
+        return [a or b for a, b in names]
+    return None
+
+
+def _public_config(sources: Sequence[Path], top: str, build_dir: Path) -> tuple[list[Path], list[str]]:
+    """(config files, Verilator arguments) that make the testbench's signals public: ``top``'s ports (a config
+    file written into ``build_dir``), every parameter, and ``PUBLIC_VLT``'s signals; all of ``top``'s signals
+    when its port list cannot be read."""
+    ports = port_names(sources, top)
+    if ports is None:
+        return [PUBLIC_VLT], ["--public-depth", "1"]
+    vlt = build_dir / PORTS_VLT
+    vlt.write_text("`verilator_config\n" + "".join(f'public_flat_rw -module "{top}" -var "{p}"\n' for p in ports))
+    return [PUBLIC_VLT, vlt], ["--public-params"]
+
+
 def _PrivateVerilator():
     """cocotb's Verilator runner without its ``--public-flat-rw`` (see ``PUBLIC_ARGS``)."""
     from cocotb_tools.runner import Verilator
@@ -203,7 +254,7 @@ def run_cocotb(
     reach the verilator command line (e.g. ``--x-initial unique``). ``build=False`` runs the binary an
     earlier call built in ``build_dir`` again (e.g. from another ``test_dir`` with other ROM files).
     Verilator reads ``sources`` through ``stage_sources``: its messages name the staged copies. A testbench sees the
-    top level's signals and those ``PUBLIC_VLT`` names, no others. ``opt``: g++'s
+    top level's ports and parameters and the signals ``PUBLIC_VLT`` names, no others. ``opt``: g++'s
     optimisation of the model's hot code (``BUILD_OPT``, or ``SIM_OPT`` for a long simulation).
     """
     from cocotb_tools.runner import get_results
@@ -220,14 +271,16 @@ def run_cocotb(
     results_xml.unlink(missing_ok=True)
     result = lambda ok, n, f: SimResult(name, ok, n, f, results_xml, log, build_dir)  # noqa: E731
 
-    srcs = stage_sources([*(Path(s).resolve() for s in sources), PUBLIC_VLT]) if build else []
+    sources = [Path(s).resolve() for s in sources]
+    configs, public_args = _public_config(sources, toplevel, build_dir)
+    srcs = stage_sources([*sources, *configs]) if build else []
     with _tool_environ(extra_env, opt):
         runner = _PrivateVerilator()
         try:
             if build:
                 runner.build(sources=srcs, hdl_toplevel=toplevel, parameters=dict(parameters),
                              defines=dict(defines), includes=[Path(i) for i in includes],
-                             build_args=[*PUBLIC_ARGS, *build_args], build_dir=build_dir, waves=waves,
+                             build_args=[*public_args, *build_args], build_dir=build_dir, waves=waves,
                              timescale=("1ns", "1ps"), log_file=build_log, always=True)
         except (RuntimeError, SystemExit) as e:
             log.write_text(build_log.read_text(errors="replace") if build_log.exists() else "")

@@ -1,7 +1,9 @@
-"""The runner's models expose the top level and ``runner.PUBLIC_VLT``'s signals to cocotb, nothing else.
+"""The runner's models expose the top level's ports and parameters and ``runner.PUBLIC_VLT``'s signals to cocotb,
+nothing else.
 
 A design named like the chip (``msh_chip_top`` around ``msh_chip_top.core``) with one listed internal signal
-(``pc``) and one not listed (``hidden``): the testbench reads the ports and ``core.pc``, and finds no ``hidden``.
+(``pc``) and one not listed (``hidden``), and a signal of the top level that is no port (``top_only``): the
+testbench reads the ports, the parameter and ``core.pc``, and finds neither ``hidden`` nor ``top_only``.
 """
 from __future__ import annotations
 
@@ -10,8 +12,10 @@ from cocotb.clock import Clock
 from cocotb.triggers import ReadOnly, RisingEdge
 
 DESIGN = r"""
-module msh_chip_top(input clk, input rst_n, input [7:0] d, output [7:0] q);
-  \msh_chip_top.core  core (.clk(clk), .rst_n(rst_n), .d(d), .q(q));
+module msh_chip_top #(parameter integer W = 8, parameter integer AW = $clog2(W))
+    (input clk, input rst_n, input [W-1:0] d, output [7:0] q);
+  wire [7:0] top_only = d + 8'd1;
+  \msh_chip_top.core  core (.clk(clk), .rst_n(rst_n), .d(top_only - 8'd1), .q(q));
 endmodule
 
 module \msh_chip_top.core (input clk, input rst_n, input [7:0] d, output [7:0] q);
@@ -37,7 +41,9 @@ async def top_and_listed_signals_only(dut):
     await ReadOnly()
     assert int(dut.core.pc.value) == 3, dut.core.pc.value
     assert int(dut.q.value) == 0x5A ^ 2
+    assert int(dut.W.value) == 8
     assert not hasattr(dut.core, "hidden"), "an unlisted internal signal is public"
+    assert not hasattr(dut, "top_only"), "a top-level signal that is no port is public"
 
 
 def test_a_model_exposes_only_the_top_level_and_the_listed_signals(tmp_path):
@@ -47,3 +53,12 @@ def test_a_model_exposes_only_the_top_level_and_the_listed_signals(tmp_path):
     res = run_cocotb("runner_public", [src], "msh_chip_top", "verification.test_runner_public",
                      build_dir=tmp_path / "build")
     assert res.passed and res.n_tests == 1, res
+
+
+def test_port_names_of_both_header_styles(tmp_path):
+    from verification.runner import port_names
+    src = tmp_path / "two.v"
+    src.write_text(DESIGN + "module \\plain.top (a, \\b$0 , c); input a; input b$0; output c; endmodule\n")
+    assert port_names([src], "msh_chip_top") == ["clk", "rst_n", "d", "q"]
+    assert port_names([src], "plain.top") == ["a", "b$0", "c"]
+    assert port_names([src], "absent") is None
