@@ -15,9 +15,9 @@ from rtl_gen import emit
 
 # The flow takes about 11 minutes alone here (rtl 20 s, synthesis ~2 min, placement 186 s, sign-off 454 s; the same
 # calls at e378a88, /work/cirun), without the post-placement STA: sign-off times the design it signs off. Inside
-# make test its fixture took 964 s and 1,039 s of its worker and the suite 29:44 and 33:53 (CCACHE_DIR=<empty
-# folder> bash .ci/run on fresh clones of 713c33e and 3ead782: 675 passed); make test leaves the nano chip's own
-# simulations to make test-nano.
+# make test its fixture took 962 s of its worker and the suite 26:29 (CCACHE_DIR=<empty folder> bash .ci/run on a
+# fresh clone of 42a8244: 679 passed), 975 s and 25:48 on a fresh clone of 7ea88ff with this machine's ccache (680
+# passed); make test leaves the nano chip's own simulations to make test-nano.
 CHIP = preset("ci")
 SETUP_CORNERS = ("slow", "typical", "fast")
 
