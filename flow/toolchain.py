@@ -15,6 +15,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Mapping
 
 
 REPO = Path(__file__).resolve().parent.parent
@@ -97,7 +98,7 @@ def named_files_digest(files) -> str:
     return h.hexdigest()
 
 
-def repo_pythonpath(env: dict[str, str]) -> str:
+def repo_pythonpath(env: Mapping[str, str]) -> str:
     """``env``'s PYTHONPATH with this repository first, for a Python subprocess that imports project modules."""
     return os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
 

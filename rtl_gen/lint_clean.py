@@ -407,7 +407,7 @@ def to_verilog(rtlil_text: str, top: str) -> str:
     with tempfile.TemporaryDirectory(prefix="lint_clean.") as tmp:
         il, v = Path(tmp) / "in.il", Path(tmp) / "out.v"
         il.write_text(rtlil_text)
-        env = dict(os.environ, PYTHONPATH=repo_pythonpath(dict(os.environ)))
+        env = dict(os.environ, PYTHONPATH=repo_pythonpath(os.environ))
         proc = subprocess.run([sys.executable, "-m", "rtl_gen.lint_clean", str(il), str(v)], env=env,
                               capture_output=True, text=True)
         if proc.returncode != 0:

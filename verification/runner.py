@@ -24,6 +24,7 @@ from typing import Iterator, Mapping, Sequence
 
 from flow.toolchain import (named_files_digest, objcache, repo_pythonpath, require, tool_env, verilator_root,
                             work_root)
+from flow.synth.sources import COMMENTS
 from hw.roms import RTL_DIR
 
 REPO = Path(__file__).resolve().parents[1]
@@ -37,6 +38,7 @@ STAGE_MAX_AGE_S = 24 * 3600                 # staged sources unused this long ar
 # Tests build many models and run each briefly: BUILD_OPT. Runs of the nano chip simulate for minutes: SIM_OPT.
 BUILD_OPT = "-O1"
 SIM_OPT = "-Os"
+LONG_RUN_CONFIGS = frozenset({"nano"})       # configurations whose runs simulate for minutes
 # cocotb's Verilator runner makes every signal public (--public-flat-rw). A testbench reads the top level's ports
 # and parameters and the few internal signals PUBLIC_VLT names; only those are made public (``_public_config``).
 # The tiny chip with every signal public is 35 MB of C++ (15 s of CPU to verilate, 118 s to compile at -O1), with
@@ -44,7 +46,6 @@ SIM_OPT = "-Os"
 # tiny MAC array's is 2.1 MB with its ports public, 16 MB with all its top level's signals.
 PUBLIC_VLT = MODELS / "testbench_public.vlt"
 PORTS_VLT = "testbench_ports.vlt"
-LONG_RUN_CONFIGS = frozenset({"nano"})       # configurations whose runs simulate for minutes
 
 
 def model_opt(configs) -> str:
@@ -163,10 +164,6 @@ def stage_sources(sources: Sequence[Path], root: Path | None = None) -> list[Pat
     return [final / name for name in names]
 
 
-def _strip_comments(text: str) -> str:
-    return re.sub(r"/\*.*?\*/|//[^\n]*", " ", text, flags=re.S)
-
-
 def _balanced(text: str, start: int) -> int:
     """The index just past the parenthesis that closes the one at ``start``."""
     depth = 0
@@ -184,7 +181,7 @@ def port_names(sources: Sequence[Path], top: str) -> list[str] | None:
     for src in sources:
         if src.suffix not in (".v", ".sv"):
             continue
-        text = _strip_comments(src.read_text(errors="replace"))
+        text = COMMENTS.sub(" ", src.read_text(errors="replace"))
         m = head.search(text)
         if not m:
             continue
@@ -213,7 +210,7 @@ def _public_config(sources: Sequence[Path], top: str, build_dir: Path) -> tuple[
 
 
 def _PrivateVerilator():
-    """cocotb's Verilator runner without its ``--public-flat-rw`` (see ``PUBLIC_ARGS``)."""
+    """cocotb's Verilator runner without its ``--public-flat-rw`` (see ``_public_config``)."""
     from cocotb_tools.runner import Verilator
 
     class PrivateVerilator(Verilator):
@@ -271,9 +268,11 @@ def run_cocotb(
     results_xml.unlink(missing_ok=True)
     result = lambda ok, n, f: SimResult(name, ok, n, f, results_xml, log, build_dir)  # noqa: E731
 
-    sources = [Path(s).resolve() for s in sources]
-    configs, public_args = _public_config(sources, toplevel, build_dir)
-    srcs = stage_sources([*sources, *configs]) if build else []
+    srcs, public_args = [], []
+    if build:
+        sources = [Path(s).resolve() for s in sources]
+        configs, public_args = _public_config(sources, toplevel, build_dir)
+        srcs = stage_sources([*sources, *configs])
     with _tool_environ(extra_env, opt):
         runner = _PrivateVerilator()
         try:

@@ -25,7 +25,7 @@ from flow.synth.spec import MACROS
 
 _MODULE = re.compile(r"^(?:[ \t]*\(\*[^\n]*?\*\)[ \t]*\n)*[ \t]*module\s+(?P<name>\\\S+|[A-Za-z_][\w$]*)"
                      r"(?P<body>.*?)^[ \t]*endmodule\b[^\n]*\n?", re.M | re.S)
-_COMMENTS = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
+COMMENTS = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
 # Directives that carry state across modules or files (the defines of the file list are in the digest).
 _DIRECTIVE = re.compile(r"`(define|undef|undefineall|include|ifdef|ifndef|elsif|else|endif|timescale|"
                         r"default_nettype|resetall|line|celldefine|endcelldefine|pragma|begin_keywords|"
@@ -70,13 +70,13 @@ def _split_file(text: str, where: Path) -> tuple[list[tuple[str, str, str]], str
     found, pos = [], 0
     for m in _MODULE.finditer(text):
         gap = text[pos:m.start()]
-        if _COMMENTS.sub("", gap).strip():
-            return [], f"{where}: text between modules: {_COMMENTS.sub('', gap).strip()[:60]!r}"
+        if COMMENTS.sub("", gap).strip():
+            return [], f"{where}: text between modules: {COMMENTS.sub('', gap).strip()[:60]!r}"
         if _PRAGMA.search(gap):
             return [], f"{where}: a synthesis pragma between modules"
         found.append((m.group("name"), m.group(0), m.group("body")))
         pos = m.end()
-    if _COMMENTS.sub("", text[pos:]).strip():
+    if COMMENTS.sub("", text[pos:]).strip():
         return [], f"{where}: text after the last module"
     return found, ""
 
