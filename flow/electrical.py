@@ -32,10 +32,10 @@ from pathlib import Path
 
 from flow import design_rules
 from flow.parasitics import steiner_factor
-from flow.place import repair_positions, write_outputs
-from flow.place_netlist import build_design, inst_path, net_names, progress
+from flow.place import repair_positions, write_placed
+from flow.place_netlist import build_design, net_names, progress
 from flow.relegalize import relegalize
-from flow.repair import repair, verify, write_verilog
+from flow.repair import repair, verify
 from flow.resize import SIZED, size_ladders
 from flow.sta import DRIVING_CELL
 
@@ -209,10 +209,7 @@ def repair_design(module: dict, state: dict, lef, sizes, top: str, caps, limits,
         after = design_rules.check(new, fp, nxs, nys, nor, caps, limits, rc, dbu, {clock})
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-        with open(out / f"{top}.v", "w") as f:
-            write_verilog(f, module, top, net_names(module), lambda key, c: inst_path(key, c.get("attributes", {})),
-                          state["macro_modules"])
-        write_outputs(new, fp, lef, nxs, nys, nor, out, rc)
+        write_placed(out, module, state["macro_modules"], new, fp, lef, nxs, nys, nor, rc)
         summary |= {"netlist": str(out / f"{top}.v"), "spef": str(out / f"{top}.spef")}
     summary |= {"cap_violations_after": len(after.cap_violations),
                 "left_over_limit": _over_limit(module, new, after.cap_violations), "cells_moved": moved,

@@ -41,17 +41,18 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from flow.cli import die_with_parent, job_count, publish, report_stage
+from flow.fork import ForkError, beside
 from flow.floorplan import RegionPlan, region_floorplan
 from flow.floorplan_out import draw_floorplan, floorplan_json
 from flow.lefdef import DefComponent, DefPin, Lef, LefError, read_lef, write_def
 from flow.macro_map import MACRO_KEEPOUT_UM, MacroMapError, storage_lib, table
 from flow.parasitics import MacroShadow, NetPins, macro_rects, RcModel, spef_header, steiner_factor, write_dnet
 from flow.place_flat import (MAX_PLACE_FANOUT, PLACER_DENSITY, Floorplan, RowSpots, floorplan, global_placement,
-                             legalize, pin_xy, snap_to_sites)
-from flow.place_netlist import (Design, PlaceError, build_design, flatten, flatten_worker, inst_path, net_names,
-                                progress)
+                             legalize, PinPoints, snap_to_sites)
+from flow.place_netlist import (Design, PlaceError, build_design, flatten, flatten_worker, progress,
+                                write_placed_netlist)
 from flow.regions import GLOBAL, LEGAL, place_regions, reassign
-from flow.repair import RepairError, RepairResult, input_caps, repair, verify, write_verilog
+from flow.repair import RepairError, RepairResult, input_caps, repair, verify
 from flow.sta import StaError, run_sta
 from flow.synth import design_period_ns, liberty_areas
 from pdk_config import PdkError, find_pdk
@@ -131,9 +132,10 @@ def write_outputs(d: Design, fp: Floorplan, lef: Lef, xs, ys, orient, stage: Pat
     spef = stage / f"{d.top}.spef"
     with open(spef, "w") as f:
         f.write(spef_header(d.top))
-        for name, pins_ in zip(d.net_name, d.net_pins):
-            pts = [pin_xy(d, fp, xs, ys, orient, p) for p in pins_]
-            px, py = [p[0] / dbu for p in pts], [p[1] / dbu for p in pts]
+        at = PinPoints.of(d, fp, xs, ys, orient)
+        ux, uy, start = (at.x / dbu).tolist(), (at.y / dbu).tolist(), at.start.tolist()
+        for k, (name, pins_) in enumerate(zip(d.net_name, d.net_pins)):
+            px, py = ux[start[k]:start[k + 1]], uy[start[k]:start[k + 1]]
             hpwl += max(px) - min(px) + max(py) - min(py)
             nets.append((name, [("PIN", p[1]) if p[0] < 0 else (d.comp_name[p[0]], p[1]) for p in pins_]))
             net = NetPins(name, [p[4] for p in pins_], [p[0] < 0 for p in pins_], [p[5] for p in pins_], px, py)
@@ -254,6 +256,37 @@ def _place_cells(module: dict, d: Design, fp: Floorplan, plan: RegionPlan | None
     return d, xs, ys, orient, pstats, fixed
 
 
+def _layout(stage: Path, d: Design, fp: Floorplan, xs, ys, orient, lef: Lef, pdk) -> dict:
+    """The GDS and the placement pictures; {"files": their names, "layout_s": seconds}."""
+    from flow.gds import write_gds, write_pictures
+    t = time.monotonic()
+    write_gds(stage / f"{d.top}.gds", pdk.cell_gds, d, fp, xs, ys, orient, lef)
+    files = {"gds": f"{d.top}.gds", **write_pictures(stage, d.top, d, fp, xs, ys, pdk.klayout_lyp, lef.dbu)}
+    return {"files": files, "layout_s": time.monotonic() - t}
+
+
+def _netlist_and_layout(stage: Path, module: dict, macro_modules: str, d: Design, fp: Floorplan, xs, ys, orient,
+                        lef: Lef, pdk) -> dict:
+    """In the forked writer: the placed netlist, then (``pdk`` given) the layout; the seconds each took."""
+    t = time.monotonic()
+    write_placed_netlist(stage / f"{d.top}.v", module, d.top, macro_modules)
+    done = {"netlist_out_s": time.monotonic() - t}
+    return done | (_layout(stage, d, fp, xs, ys, orient, lef, pdk) if pdk is not None else {})
+
+
+def write_placed(stage: Path, module: dict, macro_modules: str, d: Design, fp: Floorplan, lef: Lef, xs, ys, orient,
+                 rc: RcModel) -> dict:
+    """The placed design's netlist ({top}.v), DEF and SPEF into ``stage``: the netlist by a forked copy of this
+    process (flow.fork) while this one writes the DEF and SPEF. Returns ``write_outputs``' wire summary."""
+    netlist = beside(write_placed_netlist, stage / f"{d.top}.v", module, d.top, macro_modules)
+    wires = write_outputs(d, fp, lef, xs, ys, orient, stage, rc)
+    try:
+        netlist.result()
+    except ForkError as e:
+        raise PlaceError(f"writing {d.top}.v: {e}") from None
+    return wires
+
+
 def place(synth: Path, out: Path, utilization: float = 0.6, effort: int = 1, corners: list[str] | None = None,
           period_ns: float | None = None, clock: str = "clk", picture: bool = True,
           cache: Path = REPO / "build" / "pdk_cache", repair_fanout: bool = True, flat: bool = False,
@@ -304,25 +337,29 @@ def place(synth: Path, out: Path, utilization: float = 0.6, effort: int = 1, cor
         (lef, sizes, liberty, rc, clock) if repair_fanout else None, timing, stage / "regions")
 
     t = time.monotonic()
-    progress(f"writing the placed netlist {top}.v and the placement state for flow.signoff ...")
+    progress(f"writing the placement state, {top}.v, DEF, SPEF, the floorplan"
+             + (" and the layout" if picture and not sta else "") + " (two processes) ...")
+    files = {"netlist": f"{top}.v", "def": f"{top}.def", "spef": f"{top}.spef", "state": STATE_FILE,
+             "macros": "macros.txt", "floorplan": "floorplan.json", "floorplan_png": "floorplan.png"}
+    # A forked copy writes the netlist (and the layout, when no STA waits for the files) while this
+    # process writes the rest: independent reads of the same design, on two cores.
+    side = beside(_netlist_and_layout, stage, module, macro_modules, d, fp, xs, ys, orient, lef,
+                  pdk if picture and not sta else None)
     save_state(stage / STATE_FILE, module, d, fp, xs, ys, orient, macro_modules)
-    with open(stage / f"{top}.v", "w") as f:
-        write_verilog(f, module, top, net_names(module), lambda key, c: inst_path(key, c.get("attributes", {})),
-                      macro_modules)
     del module
-    timing["netlist_out_s"] = time.monotonic() - t
-
-    t = time.monotonic()
-    progress("writing DEF, SPEF and the floorplan ...")
     wires = write_outputs(d, fp, lef, xs, ys, orient, stage, rc)
     (stage / "macros.txt").write_text(table(d.mappings))
     fj = floorplan_json(top, d, fp, dbu, utilization, plan)
     (stage / "floorplan.json").write_text(json.dumps(fj, indent=1) + "\n")
     draw_floorplan(fj, stage / "floorplan.png")
+    try:
+        layout = side.result()
+    except ForkError as e:
+        raise PlaceError(f"writing {top}.v: {e}") from None
+    files.update(layout.pop("files", {}))
+    timing.update(layout)
     timing["outputs_s"] = time.monotonic() - t
 
-    files = {"netlist": f"{top}.v", "def": f"{top}.def", "spef": f"{top}.spef", "state": STATE_FILE,
-             "macros": "macros.txt", "floorplan": "floorplan.json", "floorplan_png": "floorplan.png"}
     if sta:
         files["sta"] = "sta/sta.json"
         progress(f"post-placement STA at {corners}{', the layout meanwhile' if picture else ''} ...")
@@ -330,14 +367,11 @@ def place(synth: Path, out: Path, utilization: float = 0.6, effort: int = 1, cor
     with ThreadPoolExecutor(max_workers=1) as pool:
         sta_run = pool.submit(run_sta, Path(synth), stage / "sta", corners, period_ns, clock, cache,
                               parasitics=stage / f"{top}.spef", netlist=stage / f"{top}.v") if sta else None
-        if picture:
-            from flow.gds import write_gds, write_pictures
-            t = time.monotonic()
-            write_gds(stage / f"{top}.gds", pdk.cell_gds, d, fp, xs, ys, orient, lef)
-            files.update({"gds": f"{top}.gds"})
-            files.update(write_pictures(stage, top, d, fp, xs, ys, pdk.klayout_lyp, dbu))
-            timing["layout_s"] = time.monotonic() - t
-            progress(f"layout written ({timing['layout_s']:.0f} s){'; waiting for STA ...' if sta else ''}")
+        if picture and sta:
+            layout = _layout(stage, d, fp, xs, ys, orient, lef, pdk)
+            files.update(layout.pop("files"))
+            timing.update(layout)
+            progress(f"layout written ({timing['layout_s']:.0f} s); waiting for STA ...")
         try:
             sta = sta_run.result() if sta_run else None
         except StaError as e:

@@ -20,6 +20,8 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+import numpy as np
+
 from flow.lefdef import DefRow, Lef
 from flow.macro_map import MACRO_KEEPOUT_UM
 from flow.place_netlist import Design, PlaceError, progress
@@ -267,6 +269,53 @@ def pin_xy(d: Design, fp: Floorplan, xs, ys, orient, p) -> tuple[int, int]:
     if orient[obj] == "FS":
         dy = d.comp_h[obj] - dy
     return xs[obj] + dx, ys[obj] + dy
+
+
+
+@dataclass
+class PinPoints:
+    """Every net pin's position at once (``pin_xy`` for all of them, in numpy): net k's pins are
+    ``x[start[k]:start[k + 1]]`` (dbu), in ``d.net_pins`` order; ``obj`` and ``drives`` per pin as there."""
+    start: np.ndarray       # (nets + 1,) int64
+    x: np.ndarray           # (pins,) int64
+    y: np.ndarray
+    obj: np.ndarray         # component index, or -1 - I/O pin index
+    drives: np.ndarray      # bool
+
+    @classmethod
+    def of(cls, d: Design, fp: Floorplan, xs, ys, orient) -> "PinPoints":
+        counts = np.fromiter(map(len, d.net_pins), np.int64, len(d.net_pins))
+        start = np.zeros(len(counts) + 1, np.int64)
+        np.cumsum(counts, out=start[1:])
+        n = int(start[-1])
+        flat = [p for pins in d.net_pins for p in pins]
+        obj = np.fromiter((p[0] for p in flat), np.int64, n)
+        dx = np.fromiter((p[2] for p in flat), np.int64, n)
+        dy = np.fromiter((p[3] for p in flat), np.int64, n)
+        drives = np.fromiter((bool(p[5]) for p in flat), bool, n)
+        del flat
+        x, y = np.empty(n, np.int64), np.empty(n, np.int64)
+        cell = obj >= 0
+        k = obj[cell]
+        flipped = np.fromiter((o == "FS" for o in orient), bool, len(orient))[k]
+        x[cell] = np.asarray(xs, np.int64)[k] + dx[cell]
+        y[cell] = np.asarray(ys, np.int64)[k] + np.where(flipped, np.asarray(d.comp_h, np.int64)[k] - dy[cell],
+                                                         dy[cell])
+        if (~cell).any():
+            io = np.array([(px, py) for px, py, _ in fp.io_xy], np.int64).reshape(-1, 2)
+            j = -1 - obj[~cell]
+            x[~cell], y[~cell] = io[j, 0], io[j, 1]
+        return cls(start, x, y, obj, drives)
+
+    def boxes(self) -> np.ndarray:
+        """(nets, 4) int64: each net's pin bounding box (x0, y0, x1, y1); a net without pins is all zeros."""
+        out = np.zeros((len(self.start) - 1, 4), np.int64)
+        full = np.flatnonzero(np.diff(self.start) > 0)
+        at = self.start[full]
+        for col, (v, ufunc) in enumerate(((self.x, np.minimum), (self.y, np.minimum), (self.x, np.maximum),
+                                          (self.y, np.maximum))):
+            out[full, col] = ufunc.reduceat(v, at)
+        return out
 
 
 class RowSpots:

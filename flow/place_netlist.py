@@ -17,6 +17,7 @@ from pathlib import Path
 
 from flow.lefdef import Lef
 from flow.macro_map import Mapping, map_instance
+from flow.repair import write_verilog
 
 REPO = Path(__file__).resolve().parent.parent
 MACRO_PIN = re.compile(r"^(msh_sram|msh_rom)_(\d+)x(\d+)$")
@@ -109,6 +110,14 @@ def net_names(module: dict) -> dict[int, str]:
             names[b] = name
             used.add(name)
     return names
+
+
+def write_placed_netlist(path: Path, module: dict, top: str, macro_modules: str) -> None:
+    """``module`` as a flat Verilog netlist at ``path``, with the instance and net names the DEF and SPEF use,
+    and the empty macro modules after it."""
+    with open(path, "w") as f:
+        write_verilog(f, module, top, net_names(module), lambda key, c: inst_path(key, c.get("attributes", {})),
+                      macro_modules)
 
 
 @dataclass

@@ -47,12 +47,12 @@ from flow import design_rules, hold, rebuffer, rudy, touchup
 from flow.cli import publish, report_stage
 from flow.macro_map import MacroMapError, storage_lib
 from flow.parasitics import RcModel, macro_rects
-from flow.place import STATE_FILE, _read_lefs, load_state, write_outputs
-from flow.place_flat import pin_xy
-from flow.place_netlist import PROGRESS_TAG, PlaceError, inst_path, net_names, progress
+from flow.place import STATE_FILE, _read_lefs, load_state, write_placed
+from flow.place_flat import PinPoints
+from flow.place_netlist import PROGRESS_TAG, PlaceError, progress
 from flow.relegalize import relegalize
 from flow.electrical import rebuilt, repair_design
-from flow.repair import RepairError, input_caps, write_verilog
+from flow.repair import RepairError, input_caps
 from flow.resize import measure, resize, size_ladders, swap
 from flow.sta import StaError, constraints_tcl, memory_jobs, run_sta
 from flow.sta_session import StaSession, StaSessionError
@@ -164,22 +164,14 @@ def _rebuild(module: dict, top: str, lef, sizes, d, fp, xs, ys, orient, held: ho
 
 
 def _net_boxes(d, fp, xs, ys, orient, dbu: int) -> np.ndarray:
-    boxes = np.zeros((len(d.net_pins), 4))
-    for k, pins in enumerate(d.net_pins):
-        pts = [pin_xy(d, fp, xs, ys, orient, p) for p in pins]
-        px, py = [x for x, _ in pts], [y for _, y in pts]
-        boxes[k] = (min(px) / dbu, min(py) / dbu, max(px) / dbu, max(py) / dbu)
-    return boxes
+    return PinPoints.of(d, fp, xs, ys, orient).boxes() / dbu
 
 
 def _write_and_time(stage: Path, module: dict, state: dict, top: str, synth: Path, period_ns: float, clock: str,
                     cache: Path, d, fp, xs, ys, orient, lef, rc, caps, limits):
     """Writes the netlist, DEF and SPEF of the placed design into ``stage`` and signs them off: STA at every
     corner (into ``stage/sta``) and the design rules. Returns (wire summary, STA result, RuleReport)."""
-    with open(stage / f"{top}.v", "w") as f:
-        write_verilog(f, module, top, net_names(module), lambda key, c: inst_path(key, c.get("attributes", {})),
-                      state["macro_modules"])
-    wires = write_outputs(d, fp, lef, xs, ys, orient, stage, rc)
+    wires = write_placed(stage, module, state["macro_modules"], d, fp, lef, xs, ys, orient, rc)
     progress(f"sign-off STA at {list(CORNERS)} with clock uncertainty setup {SETUP_UNCERTAINTY_NS} ns, "
              f"hold {HOLD_UNCERTAINTY_NS} ns ...")
     try:

@@ -147,3 +147,56 @@ def test_resize_in_place_equals_a_rebuilt_design(placed):
     assert d.comp_w == fresh.comp_w and d.comp_h == fresh.comp_h
     assert d.net_name == fresh.net_name and d.net_pins == fresh.net_pins
     assert any(lef.masters[new].width_um != lef.masters[old].width_um for old, new in changed.values())
+
+
+def _reference_check(d, fp, xs, ys, orient, caps, limits, rc, dbu, clock_nets):
+    """design_rules.check written as one loop over nets and pins (what the numpy version must equal)."""
+    from flow.place_flat import pin_xy
+    rep = design_rules.RuleReport()
+    for name, pins in zip(d.net_name, d.net_pins):
+        if name in clock_nets or len(pins) < 2:
+            continue
+        rep.nets_checked += 1
+        drivers = [p for p in pins if p[5]]
+        pts = [pin_xy(d, fp, xs, ys, orient, p) for p in pins]
+        px, py = [x for x, _ in pts], [y for _, y in pts]
+        length = (max(px) - min(px) + max(py) - min(py)) / dbu * steiner_factor(len(pins))
+        load = length * ((rc.c_h + rc.c_v) / 2) + sum(caps.get((d.comp_master[p[0]], p[1]), 0.0)
+                                                     for p in pins if not p[5] and p[0] >= 0)
+        if len(pins) - len(drivers) > design_rules.MAX_FANOUT:
+            rep.fanout_violations.append({"net": name, "fanout": len(pins) - len(drivers)})
+        for p in drivers:
+            limit = (limits.get(design_rules.DRIVING_CELL) if p[0] < 0 else design_rules.MACRO_MAX_CAP_FF
+                     if p[0] >= d.n_std else limits.get((d.comp_master[p[0]], p[1])))
+            if limit is not None and load > limit:
+                rep.cap_violations.append({"net": name, "load_ff": round(load, 2), "limit_ff": limit,
+                                           "wire_um": round(length, 1),
+                                           "driver": "port" if p[0] < 0 else d.comp_name[p[0]] + "/" + p[1]})
+    return rep
+
+
+def test_rule_check_equals_the_loop_over_every_pin(placed):
+    """The numpy rule check finds the same nets, loads and drivers as a plain loop, at the library's limits
+    and at limits cut to a fifth (hundreds of violations), and PinPoints puts every pin where pin_xy does."""
+    from flow.place_flat import PinPoints, pin_xy
+    pdk = find_pdk()
+    state = load_state(placed / "place" / "placed.pickle")
+    d, fp, xs, ys, orient = (state[k] for k in ("design", "floorplan", "xs", "ys", "orient"))
+    pts = PinPoints.of(d, fp, xs, ys, orient)
+    flat = [p for pins in d.net_pins for p in pins]
+    assert list(zip(pts.x.tolist(), pts.y.tolist())) == [pin_xy(d, fp, xs, ys, orient, p) for p in flat]
+    caps = input_caps(pdk.plain_liberty("typical", placed / "pdk_cache").read_text())
+    limits = output_limits(pdk.plain_liberty("slow", placed / "pdk_cache").read_text())
+    rc, dbu = RcModel.from_lef(_read_lefs(pdk)), _read_lefs(pdk).dbu
+    for scale in (1.0, 0.2):
+        cut = {k: v * scale for k, v in limits.items()}
+        fast = design_rules.check(d, fp, xs, ys, orient, caps, cut, rc, dbu, {"clk"})
+        ref = _reference_check(d, fp, xs, ys, orient, caps, cut, rc, dbu, {"clk"})
+        assert fast.nets_checked == ref.nets_checked > 100
+        assert fast.fanout_violations == ref.fanout_violations
+        assert [(v["net"], v["driver"], v["limit_ff"], v["wire_um"]) for v in fast.cap_violations] == \
+            [(v["net"], v["driver"], v["limit_ff"], v["wire_um"]) for v in ref.cap_violations]
+        assert [v["load_ff"] for v in fast.cap_violations] == pytest.approx([v["load_ff"] for v in ref.cap_violations],
+                                                                            abs=0.011)
+        if scale < 1:
+            assert len(fast.cap_violations) > 20
