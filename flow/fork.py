@@ -49,8 +49,12 @@ def _child(send, fn: Callable, args: tuple, kwargs: dict) -> None:
 class Beside:
     """A call running in a forked child (see the module docstring); ``result()`` joins it."""
 
-    def __init__(self, fn: Callable, *args, **kwargs):
+    reserved = 0          # bytes the children now running may still copy (their ``copies``)
+
+    def __init__(self, fn: Callable, *args, copies: int = 0, **kwargs):
         self.name = getattr(fn, "__name__", repr(fn))
+        self.copies = copies
+        Beside.reserved += copies
         ctx = multiprocessing.get_context("fork")
         self._recv, send = ctx.Pipe(duplex=False)
         gc.freeze()
@@ -62,6 +66,8 @@ class Beside:
             send.close()
 
     def result(self) -> Any:
+        Beside.reserved -= self.copies
+        self.copies = 0
         try:
             ok, value = self._recv.recv()
         except EOFError:
@@ -104,8 +110,9 @@ def mem_available() -> int | None:
 
 def beside(fn: Callable, *args, copies: int = 0, **kwargs) -> Beside | Done:
     """Start ``fn(*args, **kwargs)`` in a forked child, or run it here when less than ``copies`` bytes (what the
-    child would copy) are available; the returned object's ``result()`` waits for it."""
+    child would copy) are available beyond what the children still running may copy; the returned object's
+    ``result()`` waits for it."""
     avail = mem_available()
-    if avail is not None and avail < copies:
+    if avail is not None and avail - Beside.reserved < copies:
         return Done(fn, *args, **kwargs)
-    return Beside(fn, *args, **kwargs)
+    return Beside(fn, *args, copies=copies, **kwargs)

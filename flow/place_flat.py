@@ -19,6 +19,7 @@ import tempfile
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
+from operator import itemgetter
 
 import numpy as np
 
@@ -289,10 +290,8 @@ class PinPoints:
         np.cumsum(counts, out=start[1:])
         n = int(start[-1])
         flat = [p for pins in d.net_pins for p in pins]
-        obj = np.fromiter((p[0] for p in flat), np.int64, n)
-        dx = np.fromiter((p[2] for p in flat), np.int64, n)
-        dy = np.fromiter((p[3] for p in flat), np.int64, n)
-        drives = np.fromiter((bool(p[5]) for p in flat), bool, n)
+        obj, dx, dy = (np.fromiter(map(itemgetter(c), flat), np.int64, n) for c in (0, 2, 3))
+        drives = np.fromiter(map(itemgetter(5), flat), bool, n)
         del flat
         x, y = np.empty(n, np.int64), np.empty(n, np.int64)
         cell = obj >= 0

@@ -51,3 +51,18 @@ def test_an_exception_that_does_not_pickle_arrives_as_text():
 def test_a_child_that_dies_is_reported_with_its_exit_code():
     with pytest.raises(ForkError, match="ended without an answer .exit code 3"):
         beside(_dies).result()
+
+
+def test_without_the_memory_for_a_copy_the_call_runs_here():
+    total, pid = beside(_sum_and_pid, 1, copies=1 << 62).result()      # more than any machine has
+    assert total == sum(BIG) + 1 and pid == os.getpid()
+    with pytest.raises(PlaceError, match="the child's own error"):
+        beside(_fails, copies=1 << 62).result()
+
+
+def test_children_running_count_against_the_memory_for_the_next():
+    from flow.fork import Beside, mem_available
+    first = beside(_sum_and_pid, 0, copies=mem_available() // 2)
+    second = beside(_sum_and_pid, 0, copies=mem_available() // 2 + (1 << 30))     # does not fit beside it
+    assert second.result()[1] == os.getpid() and first.result()[1] != os.getpid()
+    assert Beside.reserved == 0
