@@ -7,6 +7,7 @@ LEF units are microns; everything handed to the placer is in DEF database units 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Iterator, TextIO
 
@@ -52,9 +53,10 @@ class Pin:
     layer: str = ""
     rects: list[tuple[float, float, float, float]] = field(default_factory=list)
 
-    @property
+    @cached_property
     def center_um(self) -> tuple[float, float]:
-        """Centre of the pin's largest rectangle (its access point for wire length estimates)."""
+        """Centre of the pin's largest rectangle (its access point for wire length estimates), computed
+        at its first use once the LEF is read (placement asks for it per instance pin, millions of times)."""
         if not self.rects:
             return 0.0, 0.0
         x0, y0, x1, y1 = max(self.rects, key=lambda r: (r[2] - r[0]) * (r[3] - r[1]))

@@ -167,6 +167,7 @@ def build_design(module: dict, top: str, lef: Lef, sizes) -> Design:
     to_dbu = lambda um: int(round(um * dbu))       # noqa: E731
     d = Design(top)
     pins_of_bit: dict[int, list[tuple]] = {}
+    offsets: dict[tuple[str, str], tuple[int, int]] = {}     # (cell, pin) -> the pin's offset in dbu
 
     def attach(bit, entry):
         if isinstance(bit, int):
@@ -194,12 +195,14 @@ def build_design(module: dict, top: str, lef: Lef, sizes) -> Design:
         d.comp_h.append(to_dbu(master.height_um))
         d.comp_group.append(group)
         for pin, bits in cell["connections"].items():
-            lp = master.pins.get(pin)
-            if lp is None:
-                raise PlaceError(f"{ctype} has no pin {pin} in the LEF (instance {path})")
-            x, y = lp.center_um
+            off = offsets.get((ctype, pin))
+            if off is None:
+                lp = master.pins.get(pin)
+                if lp is None:
+                    raise PlaceError(f"{ctype} has no pin {pin} in the LEF (instance {path})")
+                off = offsets[ctype, pin] = (to_dbu(lp.center_um[0]), to_dbu(lp.center_um[1]))
             drv = cell["port_directions"].get(pin) == "output"
-            attach(bits[0], (i, pin, to_dbu(x), to_dbu(y), f"{path}:{pin}", drv))
+            attach(bits[0], (i, pin, off[0], off[1], f"{path}:{pin}", drv))
     d.n_std = len(d.comp_name)
     for name, path, ctype, cell, group in macros:
         kind, depth, width = MACRO_PIN.match(ctype).groups()
