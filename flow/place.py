@@ -5,7 +5,7 @@
 
 Steps (ARCHITECTURE.md, "Physical implementation"):
 
-1. netlist (flow/place_netlist.py): Yosys flattens the STA netlist; every ``msh_sram`` becomes its grid of
+1. netlist (flow/place_netlist.py, flow/rtlil_flat.py): the STA netlist, flattened; every ``msh_sram`` becomes its grid of
    fakeram45 macros (flow/macro_map.py); every ``msh_rom``, and every ``msh_sram`` small enough to be
    cheaper as flip-flops, maps to logic that this netlist does not contain yet (its pins are left
    unplaced, and noted);
@@ -42,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-from flow.cli import die_with_parent, job_count, publish, report_stage
+from flow.cli import job_count, publish, report_stage
 from flow.fork import ForkError, beside
 from flow.floorplan import RegionPlan, region_floorplan
 from flow.floorplan_out import draw_floorplan, floorplan_json
@@ -51,7 +51,7 @@ from flow.macro_map import MACRO_KEEPOUT_UM, MacroMapError, storage_lib, table
 from flow.parasitics import MacroShadow, NetPins, macro_rects, RcModel, spef_header, steiner_factor, write_dnet
 from flow.place_flat import (MAX_PLACE_FANOUT, PLACER_DENSITY, Floorplan, RowSpots, floorplan, global_placement,
                              legalize, PinPoints, snap_to_sites)
-from flow.place_netlist import (Design, PlaceError, build_design, flatten, flatten_worker, progress,
+from flow.place_netlist import (Design, PlaceError, build_design, flatten, progress,
                                 write_placed_netlist)
 from flow.regions import GLOBAL, LEGAL, place_regions, reassign
 from flow.repair import RepairError, RepairResult, input_caps, repair, verify
@@ -356,10 +356,10 @@ def place(synth: Path, out: Path, utilization: float = 0.6, effort: int = 1, cor
     t = time.monotonic()
     lef = _read_lefs(pdk)
     rc = RcModel.from_lef(lef)
-    progress(f"{top}: flattening {netlist} ...")
+    progress(f"{top}: reading and flattening {netlist} ...")
     liberty = pdk.plain_liberty("typical", cache)
     macro_modules = macros_v.read_text()
-    module = flatten(netlist, macros_v, top, liberty, stage)
+    module = flatten(netlist, macros_v, top, lef)
     progress(f"placement objects for {len(module['cells']):,} instances ({time.monotonic() - t:.0f} s) ...")
     try:
         sizes = storage_lib(pdk, cache)
@@ -427,7 +427,6 @@ def place(synth: Path, out: Path, utilization: float = 0.6, effort: int = 1, cor
                       "t_start": t_start})
     (stage / "place.json").write_text(json.dumps(result, indent=1) + "\n")
     (stage / "place.txt").write_text(summary_text(result))
-    (stage / "flatten.job.json").unlink(missing_ok=True)
     publish(stage, out)
     return result
 
@@ -556,11 +555,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-repair", action="store_true", help="keep synthesis' buffer trees (flow/repair.py)")
     ap.add_argument("--no-sta", action="store_true", help="skip the post-placement STA (python -m flow.sta --place "
                                                           "<out> runs it later; make demo runs it beside sign-off)")
-    ap.add_argument("--flatten-worker", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    if args.flatten_worker:
-        die_with_parent()
-        return flatten_worker(args.flatten_worker)
     return report_stage("flow.place", PlaceError,
                         lambda: place(args.synth, args.out, args.utilization, args.effort, args.corners, args.period,
                                       args.clock, not args.no_picture, repair_fanout=not args.no_repair,

@@ -1,22 +1,21 @@
 """The synthesised netlist as placement objects (flow/place.py, flow/regions.py).
 
-Yosys (pyosys, in a child process) reads ``<top>.sta.il`` (the RTLIL twin of the STA netlist ``<top>.sta.v``)
-and the macros' empty modules ``<top>.macros.v`` as black boxes, and flattens the hierarchy; names stay
+``flatten`` reads ``<top>.sta.il`` (the RTLIL twin of the STA netlist ``<top>.sta.v``) with the macros'
+empty modules ``<top>.macros.v`` as leaf cells and flattens the hierarchy (flow/rtlil_flat.py); names stay
 those OpenSTA sees in ``<top>.sta.v`` (``lane0/_0644_``). ``build_design`` turns the flat module into a
 ``Design``: standard cells, the fakeram45 tiles of every ``msh_sram`` (flow/macro_map.py), the I/O pins and
 the nets between them.
 """
 from __future__ import annotations
 
-import json
 import re
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from flow.lefdef import Lef
 from flow.macro_map import Mapping, map_instance
+from flow.rtlil_flat import RtlilError, flatten_rtlil
 from flow.repair import write_verilog
 
 REPO = Path(__file__).resolve().parent.parent
@@ -36,35 +35,18 @@ def progress(msg: str) -> None:
 
 # ---------------------------------------------------------------------------------------------- netlist
 
-def flatten_worker(job_path: Path) -> int:
-    """Child process: the STA netlist (RTLIL, with its macros as empty Verilog modules), flattened, as Yosys JSON."""
-    from pyosys import libyosys as ys
+def flatten(netlist: Path, macros: Path, top: str, lef: Lef) -> dict:
+    """The STA netlist, flat, as one module of Yosys' JSON (flow/rtlil_flat.py); cell pin directions from the LEF."""
+    def directions(ctype: str) -> dict[str, str]:
+        master = lef.masters.get(ctype)
+        if master is None:
+            raise PlaceError(f"{netlist} instantiates {ctype}, which no LEF defines (nor {macros.name})")
+        return {p.name: p.direction.lower() for p in master.pins.values() if p.use not in ("POWER", "GROUND")}
 
-    job = json.loads(job_path.read_text())
-    d = ys.Design()
-    ys.run_pass(f"read_liberty -lib {job['liberty']}", d)
-    ys.run_pass(f"read_verilog -lib {job['macros']}", d)        # black boxes: macro instances survive `flatten`
-    ys.run_pass(f"read_rtlil {job['netlist']}", d)
-    ys.run_pass(f"hierarchy -top {job['top']}", d)
-    ys.run_pass("flatten", d)
-    ys.run_pass(f"write_json {job['json']}", d)
-    return 0
-
-
-def flatten(netlist: Path, macros: Path, top: str, liberty: Path, stage: Path) -> dict:
-    job = {"netlist": str(netlist.resolve()), "macros": str(macros.resolve()), "top": top,
-           "liberty": str(liberty.resolve()), "json": str((stage / "flat.json").resolve())}
-    (stage / "flatten.job.json").write_text(json.dumps(job))
-    with open(stage / "flatten.log", "w") as log:
-        proc = subprocess.run([sys.executable, "-m", "flow.place", "--flatten-worker", str(stage / "flatten.job.json")],
-                              stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
-    if proc.returncode != 0:
-        tail = (stage / "flatten.log").read_text(errors="replace").splitlines()[-10:]
-        raise PlaceError(f"Yosys could not flatten {netlist} (exit {proc.returncode}):\n" + "\n".join(tail))
-    progress(f"reading the flat netlist ({(stage / 'flat.json').stat().st_size / 1e6:,.0f} MB of Yosys JSON) ...")
-    flat = json.loads((stage / "flat.json").read_text())
-    (stage / "flat.json").unlink()                # large and derived: not kept
-    return flat["modules"][top]
+    try:
+        return flatten_rtlil(netlist, macros.read_text(), top, directions)
+    except RtlilError as e:
+        raise PlaceError(f"cannot flatten {netlist}: {e}") from None
 
 
 def inst_path(name: str, attrs: dict) -> str:

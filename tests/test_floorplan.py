@@ -177,7 +177,7 @@ def small(tmp_path_factory):
     lef = _read_lefs(pdk)
     cache = REPO / "build" / "pdk_cache"
     module = flatten(base / "synth" / s["files"]["sta_rtlil"], base / "synth" / s["files"]["macro_modules"], s["top"],
-                     pdk.plain_liberty("typical", cache), base)
+                     lef)
     d = build_design(module, s["top"], lef, storage_lib(pdk, cache))
     plan = region_floorplan(d, lef, 0.6, s)
     return base, s, d, lef, plan

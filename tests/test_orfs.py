@@ -438,9 +438,9 @@ def test_local_placement_maps_alike(storage, lib, tmp_path):
     pdk = find_pdk()
     synth = storage["root"] / "synth"
     files = storage["synth"]["files"]
-    module = flatten(synth / files["sta_rtlil"], synth / files["macro_modules"], "storage_mix",
-                     pdk.plain_liberty("typical", REPO / "build" / "pdk_cache"), tmp_path)
-    d = build_design(module, "storage_mix", _read_lefs(pdk), lib)
+    lef = _read_lefs(pdk)
+    module = flatten(synth / files["sta_rtlil"], synth / files["macro_modules"], "storage_mix", lef)
+    d = build_design(module, "storage_mix", lef, lib)
     assert d.flop_srams == ["wide_sram"] and d.roms == ["big_rom"]       # paths as OpenSTA sees them
     assert d.comp_master[d.n_std:] == ["fakeram45_32x32"]
     impl = {m.path: (m.impl, m.macro.name if m.macro else None) for m in d.mappings}
