@@ -42,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-from flow.cli import job_count, publish, report_stage
+from flow.cli import collector_paused, job_count, publish, report_stage
 from flow.fork import ForkError, beside
 from flow.floorplan import RegionPlan, region_floorplan
 from flow.floorplan_out import draw_floorplan, floorplan_json
@@ -331,6 +331,7 @@ def write_placed(stage: Path, module: dict, macro_modules: str, d: Design, fp: F
     return wires
 
 
+@collector_paused()
 def place(synth: Path, out: Path, utilization: float = 0.6, effort: int = 1, corners: list[str] | None = None,
           period_ns: float | None = None, clock: str = "clk", picture: bool = True,
           cache: Path = REPO / "build" / "pdk_cache", repair_fanout: bool = True, flat: bool = False,

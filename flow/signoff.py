@@ -44,7 +44,7 @@ from pathlib import Path
 import numpy as np
 
 from flow import design_rules, hold, rebuffer, rudy, touchup
-from flow.cli import publish, report_stage
+from flow.cli import collector_paused, publish, report_stage
 from flow.macro_map import MacroMapError, storage_lib
 from flow.parasitics import RcModel, macro_rects
 from flow.place import STATE_FILE, _read_lefs, load_state, write_placed
@@ -194,6 +194,7 @@ def _clean(sta: dict, rules) -> bool:
             and not rules.cap_violations)
 
 
+@collector_paused()
 def signoff(place_dir: Path, synth: Path, out: Path, period_ns: float | None = None, clock: str = "clk",
             budget_s: float = 900.0, cache: Path = REPO / "build" / "pdk_cache") -> dict:
     t_start = time.monotonic()

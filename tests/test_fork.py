@@ -66,3 +66,18 @@ def test_children_running_count_against_the_memory_for_the_next():
     second = beside(_sum_and_pid, 0, copies=mem_available() // 2 + (1 << 30))     # does not fit beside it
     assert second.result()[1] == os.getpid() and first.result()[1] != os.getpid()
     assert Beside.reserved == 0
+
+
+def test_collector_paused_inside_and_restored_after():
+    import gc
+    from flow.cli import collector_paused
+
+    @collector_paused()
+    def inside():
+        return gc.isenabled()
+
+    assert gc.isenabled() and inside() is False and gc.isenabled()
+    with pytest.raises(ValueError):
+        with collector_paused():
+            raise ValueError("the collector comes back on an exception too")
+    assert gc.isenabled()
