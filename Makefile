@@ -73,9 +73,9 @@ readme: $(STAMP)
 # The steps one after another, each once. The chain that makes the chip (synth -> place -> signoff) runs alone
 # on the machine; the two timing diagnostics nothing downstream reads (STA of the synthesised netlist, STA of the
 # placement before repair) run side by side after sign-off, one OpenSTA each: beside the chain they took a core
-# from it (sign-off 1,034 s alone, 1,282 s beside the placement's STA). Each step's output goes to
-# $(LOGS)/<step>.log while the terminal shows one status line (flow/runlog.py); then the closing summary with
-# each step's wall time and where the report is.
+# from it (the nano sign-off: 1,282 s beside the placement's STA in a fresh clone's make demo, about 1,000 s
+# alone). Each step's output goes to $(LOGS)/<step>.log while the terminal shows one status line
+# (flow/runlog.py); then the closing summary with each step's wall time and where the report is.
 demo: STA_JOBS = 1
 demo: pdk
 	@$(PY) -m flow.runlog --logs $(LOGS) --step rtl "$(RTL_CMD)" --step sim "$(SIM_CMD)" \
