@@ -485,7 +485,7 @@ def test_place_and_blocks(tmp_path):
     post = md.split("### After placement")[1]                 # where and by how much placement misses
     assert "Misses the clock: slow by 1.250 ns (TNS -1.25 ns)." in post
     assert "| -1.25 | 11.0 | `u/acc_reg[3]` | `u/y_reg[31]/D` |" in post
-    assert "| sta | — |" in md and "| place | 1,500 |" in md          # STA of this build has no runtime: no total
+    assert "| sta (diagnostic: timing that no later step reads) | — |" in md and "| place | 1,500 |" in md
     figs = {f["file"]: f for f in report["figures"]}
     assert figs["placement.png"]["legend"][:2] == ["lane0: 2 cells, 1 macros", "(top-level logic): 1 cells"]
     assert figs["placement.png"]["caption"].endswith("macros hatched in their engine's colour, all 1 labelled")

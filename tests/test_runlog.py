@@ -209,10 +209,10 @@ def test_a_long_summary_is_cut_on_the_terminal_and_whole_in_the_log(tmp_path):
     assert "path 49" in (tmp_path / "logs" / "sta.log").read_text()
 
 
-def test_make_demo_runs_each_step_once_sta_beside_place():
+def test_make_demo_runs_the_chain_alone_then_the_diagnostics():
     """The steps of `make demo` (make -n): one flow.runlog call, no sub-make (which re-ran synthesis and printed
-    its summary a second time), STA beside placement with one OpenSTA, placement without its own STA, which runs
-    beside sign-off with one OpenSTA, the summary with the runtime record."""
+    its summary a second time); synthesis, placement without its own STA and sign-off each alone; then the
+    synthesis STA beside the placement's STA, one OpenSTA each; the summary with the runtime record."""
     repo = Path(__file__).resolve().parents[1]
     plan = subprocess.run(["make", "-n", "--no-print-directory", "demo", "BLOCK=dequant_mac", "BUILD=/tmp/b"],
                           cwd=repo, capture_output=True, text=True, check=True).stdout
@@ -220,10 +220,10 @@ def test_make_demo_runs_each_step_once_sta_beside_place():
     args = shlex.split(runlog)
     steps = [(args[i], args[i + 1], args[i + 2].split()[2]) for i, a in enumerate(args) if a in ("--step", "--beside")]
     assert [(kind, name) for kind, name, _ in steps] == [
-        ("--step", "rtl"), ("--step", "sim"), ("--step", "synth"), ("--step", "sta"), ("--beside", "place"),
-        ("--step", "signoff"), ("--beside", "place_sta"), ("--step", "report")]
-    assert [module for *_, module in steps] == ["rtl_gen", "verification.sim", "flow.synth", "flow.sta", "flow.place",
-                                                "flow.signoff", "flow.sta", "flow.report"]
+        ("--step", "rtl"), ("--step", "sim"), ("--step", "synth"), ("--step", "place"), ("--step", "signoff"),
+        ("--step", "sta"), ("--beside", "place_sta"), ("--step", "report")]
+    assert [module for *_, module in steps] == ["rtl_gen", "verification.sim", "flow.synth", "flow.place",
+                                                "flow.signoff", "flow.sta", "flow.sta", "flow.report"]
     assert "--jobs 1" in args[args.index("sta") + 1]
     assert args[args.index("place") + 1].endswith(" --no-sta")
     assert "--place /tmp/b/place --jobs 1" in args[args.index("place_sta") + 1]
