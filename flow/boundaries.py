@@ -7,7 +7,7 @@ read port, which is clocked) and every pin it reaches in another region is a fli
 macro's input, plain buffers and inverters between them being transparent. Otherwise a single-cycle
 path crosses from one engine's logic into another's, over the distance between their regions. The
 report counts, per pair of regions, the crossing nets and how many are not registered at the source
-(``logic_out``) or at a sink (``logic_in``), with examples. It reads the placement state of flow.place.
+(``logic_out``) or at a sink (``logic_in``), with examples. It reads the placement state of flow.place (flow.place_out).
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from flow.place import STATE_FILE, load_state
+from flow.place_out import STATE_FILE, load_state
 from flow.place_netlist import Design, PlaceError
 
 FLOP = re.compile(r"^S?DFF")

@@ -32,7 +32,8 @@ from pathlib import Path
 
 from flow import design_rules
 from flow.parasitics import steiner_factor
-from flow.place import repair_positions, write_placed
+from flow.place import repair_positions
+from flow.place_out import write_placed
 from flow.place_netlist import build_design, net_names, progress
 from flow.relegalize import relegalize
 from flow.repair import repair, verify

@@ -33,26 +33,23 @@ from __future__ import annotations
 
 import argparse
 import json
-import pickle
 import shutil
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import numpy as np
-
 from flow.cli import collector_paused, job_count, publish, report_stage
 from flow.fork import ForkError, beside
 from flow.floorplan import RegionPlan, region_floorplan
 from flow.floorplan_out import draw_floorplan, floorplan_json
-from flow.lefdef import DefComponent, DefPin, Lef, LefError, read_lef, write_def
+from flow.lefdef import Lef, LefError, read_lef
 from flow.macro_map import MACRO_KEEPOUT_UM, MacroMapError, storage_lib, table
-from flow.parasitics import MacroShadow, NetPins, macro_rects, RcModel, spef_header, steiner_factor, write_dnet
+from flow.parasitics import RcModel, steiner_factor
 from flow.place_flat import (MAX_PLACE_FANOUT, PLACER_DENSITY, Floorplan, RowSpots, floorplan, global_placement,
-                             legalize, PinPoints, snap_to_sites)
-from flow.place_netlist import (Design, PlaceError, build_design, flatten, progress,
-                                write_placed_netlist)
+                             legalize, snap_to_sites)
+from flow.place_netlist import Design, PlaceError, build_design, flatten, progress
+from flow.place_out import STATE_FILE, copies_of, netlist_and_layout, save_state, write_layout, write_outputs
 from flow.regions import GLOBAL, LEGAL, place_regions, reassign
 from flow.repair import RepairError, RepairResult, input_caps, repair, verify
 from flow.sta import StaError, run_sta
@@ -61,7 +58,6 @@ from pdk_config import PdkError, find_pdk
 from pdk_config.nangate45 import CORNERS
 
 REPO = Path(__file__).resolve().parent.parent
-PIN_LAYERS = {"left": "metal3", "right": "metal3", "top": "metal2", "bottom": "metal2"}
 __all__ = ["PlaceError", "build_design", "flatten", "place"]     # flatten and build_design: tests/test_orfs.py
 
 
@@ -116,104 +112,6 @@ def repair_nets(module: dict, d: Design, fp: Floorplan, xs: list[int], ys: list[
         nxs.append(x)
         nys.append(y)
     return new, nxs, nys, res
-
-
-# ---------------------------------------------------------------------------------------------- outputs
-
-def _spef_nets(path: Path, d: Design, at: PinPoints, rc: RcModel, shadow: MacroShadow, dbu: int, nets: range,
-               mode: str = "w") -> tuple[float, float, float]:
-    """The *D_NETs of ``nets`` into ``path``; their (HPWL um, wire um, wire capacitance fF)."""
-    lo, hi = at.start[nets.start], at.start[nets.stop]
-    ux, uy = (at.x[lo:hi] / dbu).tolist(), (at.y[lo:hi] / dbu).tolist()
-    start = (at.start[nets.start:nets.stop + 1] - lo).tolist()
-    hpwl = wire = cap = 0.0
-    with open(path, mode) as f:
-        for k, n in enumerate(nets):
-            pins = d.net_pins[n]
-            px, py = ux[start[k]:start[k + 1]], uy[start[k]:start[k + 1]]
-            hpwl += max(px) - min(px) + max(py) - min(py)
-            net = NetPins(d.net_name[n], [p[4] for p in pins], [p[0] < 0 for p in pins], [p[5] for p in pins], px, py)
-            length, c = write_dnet(f, net, rc, flat=True, shadow=shadow)
-            wire += length
-            cap += c
-    return hpwl, wire, cap
-
-
-SPEF_WRITERS = 2          # processes writing a SPEF's nets, the first of them this one
-# What a forked writer copies per pin and cell of the design it reads (_copies): on the ci chip (2.6 million
-# pins and cells) the netlist writer copied 1.07 GB, the layout 0.96 GB, half the SPEF 0.44 GB.
-COPY_BYTES_PER_PIN = 450
-
-
-def write_outputs(d: Design, fp: Floorplan, lef: Lef, xs, ys, orient, stage: Path, rc: RcModel) -> dict:
-    """The placement's DEF and SPEF into ``stage``: the SPEF's nets in ``SPEF_WRITERS`` slices of about equal
-    pin counts, all but the first written by forked copies (flow.fork) while this process writes the first
-    slice and the DEF, then joined in order."""
-    dbu = lef.dbu
-    at = PinPoints.of(d, fp, xs, ys, orient)
-    shadow = MacroShadow(macro_rects(d, fp.macro_xy, dbu))
-    spef = stage / f"{d.top}.spef"
-    n = len(d.net_name)
-    cuts = [0, *np.searchsorted(at.start, [at.start[-1] * k // SPEF_WRITERS for k in range(1, SPEF_WRITERS)]).tolist(),
-            n]
-    cuts = [min(max(c, 0), n) for c in cuts]
-    parts = [stage / f"{d.top}.spef.part{k}" for k in range(1, SPEF_WRITERS)]
-    sides = [beside(_spef_nets, part, d, at, rc, shadow, dbu, range(cuts[k], cuts[k + 1]),
-                    copies=_copies(d) // SPEF_WRITERS) for k, part in enumerate(parts, 1)]
-    spef.write_text(spef_header(d.top))
-    sums = [_spef_nets(spef, d, at, rc, shadow, dbu, range(cuts[0], cuts[1]), "a")]
-    comps = [DefComponent(d.comp_name[i], d.comp_master[i], xs[i], ys[i], orient[i], i >= d.n_std)
-             for i in range(len(d.comp_name))]
-    pins = []
-    for k, name in enumerate(d.io_name):
-        x, y, edge = fp.io_xy[k]
-        pins.append(DefPin(name, name, "INPUT" if d.io_dir[k] == "input" else "OUTPUT", PIN_LAYERS[edge], x, y,
-                           round(0.035 * dbu)))
-    nets = [(name, [("PIN", p[1]) if p[0] < 0 else (d.comp_name[p[0]], p[1]) for p in pins_])
-            for name, pins_ in zip(d.net_name, d.net_pins)]
-    write_def(stage / f"{d.top}.def", d.top, dbu, fp.die, fp.rows, comps, pins, nets)
-    with open(spef, "ab") as f:
-        for side, part in zip(sides, parts):
-            try:
-                sums.append(side.result())
-            except ForkError as e:
-                raise PlaceError(f"writing {part.name}: {e}") from None
-            with open(part, "rb") as g:
-                shutil.copyfileobj(g, f, 1 << 24)
-            part.unlink()
-    hpwl, wire, cap = (sum(x) for x in zip(*sums))
-    return {"hpwl_um": hpwl, "wire_um": wire, "wire_cap_ff": cap, "nets": len(nets)}
-
-
-def _copies(d: Design) -> int:
-    """About what a forked writer of ``d`` copies: the pages of the objects it reads (flow.fork)."""
-    return COPY_BYTES_PER_PIN * (sum(map(len, d.net_pins)) + len(d.comp_name))
-
-
-# ---------------------------------------------------------------------------------------------- state
-
-STATE_FILE = "placed.pickle"
-STATE_SCHEMA = "nano-k3/placed-state/1"
-
-
-def save_state(path: Path, module: dict, d: Design, fp: Floorplan, xs, ys, orient, macro_modules: str) -> None:
-    """The placement as flow/signoff.py continues from it: the flat netlist (Yosys JSON module), the
-    placement objects, the floorplan and every cell's position and orientation. Derived, written with the
-    other outputs into the stage folder, so it never outlives the placement it belongs to."""
-    with open(path, "wb") as f:
-        pickle.dump({"schema": STATE_SCHEMA, "module": module, "design": d, "floorplan": fp, "xs": list(xs),
-                     "ys": list(ys), "orient": list(orient), "macro_modules": macro_modules}, f,
-                    protocol=pickle.HIGHEST_PROTOCOL)
-
-
-def load_state(path: Path) -> dict:
-    if not path.is_file():
-        raise PlaceError(f"{path} not found: run `make place` (python -m flow.place) first")
-    with open(path, "rb") as f:
-        state = pickle.load(f)
-    if state.get("schema") != STATE_SCHEMA:
-        raise PlaceError(f"{path} is {state.get('schema')!r}, not {STATE_SCHEMA}: run `make place` again")
-    return state
 
 
 # ---------------------------------------------------------------------------------------------- driver
@@ -300,37 +198,6 @@ def _place_cells(module: dict, d: Design, fp: Floorplan, plan: RegionPlan | None
     return d, xs, ys, orient, pstats, fixed
 
 
-def _layout(stage: Path, d: Design, fp: Floorplan, xs, ys, orient, lef: Lef, pdk) -> dict:
-    """The GDS and the placement pictures; {"files": their names, "layout_s": seconds}."""
-    from flow.gds import write_gds, write_pictures
-    t = time.monotonic()
-    write_gds(stage / f"{d.top}.gds", pdk.cell_gds, d, fp, xs, ys, orient, lef)
-    files = {"gds": f"{d.top}.gds", **write_pictures(stage, d.top, d, fp, xs, ys, pdk.klayout_lyp, lef.dbu)}
-    return {"files": files, "layout_s": time.monotonic() - t}
-
-
-def _netlist_and_layout(stage: Path, module: dict, macro_modules: str, d: Design, fp: Floorplan, xs, ys, orient,
-                        lef: Lef, pdk) -> dict:
-    """In the forked writer: the placed netlist, then (``pdk`` given) the layout; the seconds each took."""
-    t = time.monotonic()
-    write_placed_netlist(stage / f"{d.top}.v", module, d.top, macro_modules)
-    done = {"netlist_out_s": time.monotonic() - t}
-    return done | (_layout(stage, d, fp, xs, ys, orient, lef, pdk) if pdk is not None else {})
-
-
-def write_placed(stage: Path, module: dict, macro_modules: str, d: Design, fp: Floorplan, lef: Lef, xs, ys, orient,
-                 rc: RcModel) -> dict:
-    """The placed design's netlist ({top}.v), DEF and SPEF into ``stage``: the netlist by a forked copy of this
-    process (flow.fork) while this one writes the DEF and SPEF. Returns ``write_outputs``' wire summary."""
-    netlist = beside(write_placed_netlist, stage / f"{d.top}.v", module, d.top, macro_modules, copies=_copies(d))
-    wires = write_outputs(d, fp, lef, xs, ys, orient, stage, rc)
-    try:
-        netlist.result()
-    except ForkError as e:
-        raise PlaceError(f"writing {d.top}.v: {e}") from None
-    return wires
-
-
 @collector_paused()
 def place(synth: Path, out: Path, utilization: float = 0.6, effort: int = 1, corners: list[str] | None = None,
           period_ns: float | None = None, clock: str = "clk", picture: bool = True,
@@ -388,8 +255,8 @@ def place(synth: Path, out: Path, utilization: float = 0.6, effort: int = 1, cor
              "macros": "macros.txt", "floorplan": "floorplan.json", "floorplan_png": "floorplan.png"}
     # A forked copy writes the netlist (and the layout, when no STA waits for the files) while this
     # process writes the rest: independent reads of the same design, on two cores.
-    side = beside(_netlist_and_layout, stage, module, macro_modules, d, fp, xs, ys, orient, lef,
-                  pdk if picture and not sta else None, copies=_copies(d))
+    side = beside(netlist_and_layout, stage, module, macro_modules, d, fp, xs, ys, orient, lef,
+                  pdk if picture and not sta else None, copies=copies_of(d))
     save_state(stage / STATE_FILE, module, d, fp, xs, ys, orient, macro_modules)
     del module
     wires = write_outputs(d, fp, lef, xs, ys, orient, stage, rc)
@@ -413,7 +280,7 @@ def place(synth: Path, out: Path, utilization: float = 0.6, effort: int = 1, cor
         sta_run = pool.submit(run_sta, Path(synth), stage / "sta", corners, period_ns, clock, cache,
                               parasitics=stage / f"{top}.spef", netlist=stage / f"{top}.v") if sta else None
         if picture and sta:
-            layout = _layout(stage, d, fp, xs, ys, orient, lef, pdk)
+            layout = write_layout(stage, d, fp, xs, ys, orient, lef, pdk)
             files.update(layout.pop("files"))
             timing.update(layout)
             progress(f"layout written ({timing['layout_s']:.0f} s); waiting for STA ...")

@@ -47,7 +47,8 @@ from flow import design_rules, hold, rebuffer, rudy, touchup
 from flow.cli import collector_paused, publish, report_stage
 from flow.macro_map import MacroMapError, storage_lib
 from flow.parasitics import RcModel, macro_rects
-from flow.place import STATE_FILE, _read_lefs, load_state, write_placed
+from flow.place import _read_lefs
+from flow.place_out import STATE_FILE, load_state, write_placed
 from flow.place_flat import PinPoints
 from flow.place_netlist import PROGRESS_TAG, PlaceError, progress
 from flow.relegalize import relegalize

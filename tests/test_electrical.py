@@ -10,7 +10,8 @@ from flow.design_rules import output_limits
 from flow.electrical import CAP_MARGIN, REPEATER_SPACING_UM, repair_design
 from flow.macro_map import storage_lib
 from flow.parasitics import RcModel, steiner_factor
-from flow.place import _read_lefs, load_state, place
+from flow.place import _read_lefs, place
+from flow.place_out import load_state
 from flow.repair import TreeBuilder, _Node, input_caps
 from flow.synth import liberty_areas, synthesize
 from pdk_config import find_pdk
