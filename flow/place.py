@@ -43,13 +43,14 @@ from flow.cli import collector_paused, job_count, publish, report_stage
 from flow.fork import ForkError, beside
 from flow.floorplan import RegionPlan, region_floorplan
 from flow.floorplan_out import draw_floorplan, floorplan_json
-from flow.lefdef import Lef, LefError, read_lef
+from flow.lefdef import Lef
 from flow.macro_map import MACRO_KEEPOUT_UM, MacroMapError, storage_lib, table
 from flow.parasitics import RcModel, steiner_factor
-from flow.place_flat import (MAX_PLACE_FANOUT, PLACER_DENSITY, Floorplan, RowSpots, floorplan, global_placement,
-                             legalize, snap_to_sites)
+from flow.place_flat import (MAX_PLACE_FANOUT, PLACER_DENSITY, Floorplan, PinPoints, RowSpots, floorplan,
+                             global_placement, legalize, snap_to_sites)
 from flow.place_netlist import Design, PlaceError, build_design, flatten, progress
-from flow.place_out import STATE_FILE, copies_of, netlist_and_layout, save_state, write_layout, write_outputs
+from flow.place_out import (DEFERRED, STATE_FILE, copies_of, netlist_and_layout, read_lefs, save_state, wire_summary,
+                             write_layout, write_outputs)
 from flow.regions import GLOBAL, LEGAL, place_regions, reassign
 from flow.repair import RepairError, RepairResult, input_caps, repair, verify
 from flow.sta import StaError, run_sta
@@ -115,19 +116,6 @@ def repair_nets(module: dict, d: Design, fp: Floorplan, xs: list[int], ys: list[
 
 
 # ---------------------------------------------------------------------------------------------- driver
-
-def _read_lefs(pdk) -> Lef:
-    try:
-        lef = read_lef(pdk.tech_lef)
-        read_lef(pdk.cell_lef, lef)
-        for ram in pdk.fakerams:
-            read_lef(ram.lef, lef)
-    except LefError as e:
-        raise PlaceError(str(e)) from None
-    if not lef.dbu:
-        raise PlaceError(f"{pdk.tech_lef} has no UNITS DATABASE MICRONS")
-    return lef
-
 
 def _inputs(synth: Path, utilization: float, effort: int):
     """synth.json, the RTLIL netlist, the macros' empty modules and the PDK, checked."""
@@ -202,10 +190,16 @@ def _place_cells(module: dict, d: Design, fp: Floorplan, plan: RegionPlan | None
 def place(synth: Path, out: Path, utilization: float = 0.6, effort: int = 1, corners: list[str] | None = None,
           period_ns: float | None = None, clock: str = "clk", picture: bool = True,
           cache: Path = REPO / "build" / "pdk_cache", repair_fanout: bool = True, flat: bool = False,
-          jobs: int | None = None, sta: bool = True) -> dict:
+          jobs: int | None = None, sta: bool = True, outputs: bool = True) -> dict:
     """``sta=False``: no post-placement STA here (``python -m flow.sta --place <out>`` runs it, into
-    ``<out>/sta``: make demo runs it beside sign-off); place.json's ``sta`` is then null."""
+    ``<out>/sta``: make demo runs it after sign-off); place.json's ``sta`` is then null. ``outputs=False``
+    (with ``sta=False``): only the state sign-off continues from, place.json and the floorplan; the placed
+    netlist, DEF, SPEF and layout are written later from the state (flow/place_out.py ``write_deferred``,
+    which ``flow.sta --place`` runs first), off the path from synthesis to sign-off."""
     t_start = time.monotonic()
+    if sta and not outputs:
+        raise PlaceError("the post-placement STA reads the placed netlist and SPEF: it needs the outputs "
+                         "(drop --defer-outputs, or add --no-sta)")
     s, netlist, macros_v, pdk = _inputs(synth, utilization, effort)
     period_ns = design_period_ns(period_ns, s, PlaceError)      # None: the RTL's clock
     try:
@@ -222,7 +216,7 @@ def place(synth: Path, out: Path, utilization: float = 0.6, effort: int = 1, cor
     timing = {}
 
     t = time.monotonic()
-    lef = _read_lefs(pdk)
+    lef = read_lefs(pdk)
     rc = RcModel.from_lef(lef)
     progress(f"{top}: reading and flattening {netlist} ...")
     liberty = pdk.plain_liberty("typical", cache)
@@ -249,27 +243,33 @@ def place(synth: Path, out: Path, utilization: float = 0.6, effort: int = 1, cor
         (lef, sizes, liberty, rc, clock) if repair_fanout else None, timing, stage / "regions")
 
     t = time.monotonic()
-    progress(f"writing the placement state, {top}.v, DEF, SPEF, the floorplan"
-             + (" and the layout" if picture and not sta else "") + " (two processes) ...")
-    files = {"netlist": f"{top}.v", "def": f"{top}.def", "spef": f"{top}.spef", "state": STATE_FILE,
-             "macros": "macros.txt", "floorplan": "floorplan.json", "floorplan_png": "floorplan.png"}
-    # A forked copy writes the netlist (and the layout, when no STA waits for the files) while this
-    # process writes the rest: independent reads of the same design, on two cores.
-    side = beside(netlist_and_layout, stage, module, macro_modules, d, fp, xs, ys, orient, lef,
-                  pdk if picture and not sta else None, copies=copies_of(d))
+    files = {"state": STATE_FILE, "macros": "macros.txt", "floorplan": "floorplan.json", "floorplan_png": "floorplan.png"}
+    if outputs:
+        progress(f"writing the placement state, {top}.v, DEF, SPEF, the floorplan"
+                 + (" and the layout" if picture and not sta else "") + " (two processes) ...")
+        files |= {"netlist": f"{top}.v", "def": f"{top}.def", "spef": f"{top}.spef"}
+        # A forked copy writes the netlist (and the layout, when no STA waits for the files) while this
+        # process writes the rest: independent reads of the same design, on two cores.
+        side = beside(netlist_and_layout, stage, module, macro_modules, d, fp, xs, ys, orient, lef,
+                      pdk if picture and not sta else None, copies=copies_of(d))
+    else:
+        progress("writing the placement state and the floorplan (the netlist, DEF, SPEF and layout later: "
+                 f"python -m flow.place_out --place {out}) ...")
     save_state(stage / STATE_FILE, module, d, fp, xs, ys, orient, macro_modules)
     del module
-    wires = write_outputs(d, fp, lef, xs, ys, orient, stage, rc)
+    wires = (write_outputs(d, fp, lef, xs, ys, orient, stage, rc) if outputs
+             else wire_summary(d, PinPoints.of(d, fp, xs, ys, orient), rc, dbu))
     (stage / "macros.txt").write_text(table(d.mappings))
     fj = floorplan_json(top, d, fp, dbu, utilization, plan)
     (stage / "floorplan.json").write_text(json.dumps(fj, indent=1) + "\n")
     draw_floorplan(fj, stage / "floorplan.png")
-    try:
-        layout = side.result()
-    except ForkError as e:
-        raise PlaceError(f"writing {top}.v: {e}") from None
-    files.update(layout.pop("files", {}))
-    timing.update(layout)
+    if outputs:
+        try:
+            layout = side.result()
+        except ForkError as e:
+            raise PlaceError(f"writing {top}.v: {e}") from None
+        files.update(layout.pop("files", {}))
+        timing.update(layout)
     timing["outputs_s"] = time.monotonic() - t
 
     if sta:
@@ -293,6 +293,9 @@ def place(synth: Path, out: Path, utilization: float = 0.6, effort: int = 1, cor
     result = _result(s, d, fp, fj, dbu, wires, pstats, fixed, cells_before, sta, rc, timing, files,
                      {"utilization": utilization, "effort": effort, "period_ns": period_ns, "processes": processes,
                       "t_start": t_start})
+    if not outputs:
+        result[DEFERRED] = {"layout": picture, "written": False,
+                            "command": f"python -m flow.place_out --place {out}"}
     (stage / "place.json").write_text(json.dumps(result, indent=1) + "\n")
     (stage / "place.txt").write_text(summary_text(result))
     publish(stage, out)
@@ -422,13 +425,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-picture", action="store_true", help="skip the GDS and PNG")
     ap.add_argument("--no-repair", action="store_true", help="keep synthesis' buffer trees (flow/repair.py)")
     ap.add_argument("--no-sta", action="store_true", help="skip the post-placement STA (python -m flow.sta --place "
-                                                          "<out> runs it later; make demo runs it beside sign-off)")
+                                                          "<out> runs it later; make demo runs it after sign-off)")
+    ap.add_argument("--defer-outputs", action="store_true",
+                    help="with --no-sta: write only the state sign-off reads, place.json and the floorplan; the "
+                         "netlist, DEF, SPEF and layout later (python -m flow.place_out --place <out>, or "
+                         "flow.sta --place, which writes them first)")
     args = ap.parse_args(argv)
     return report_stage("flow.place", PlaceError,
                         lambda: place(args.synth, args.out, args.utilization, args.effort, args.corners, args.period,
                                       args.clock, not args.no_picture, repair_fanout=not args.no_repair,
-                                      flat=args.flat, jobs=args.jobs, sta=not args.no_sta),
-                        summary_text, lambda r: [args.out / "place.json", args.out / r["files"]["def"]])
+                                      flat=args.flat, jobs=args.jobs, sta=not args.no_sta,
+                                      outputs=not args.defer_outputs),
+                        summary_text, lambda r: [args.out / "place.json", args.out / r["files"].get("def", STATE_FILE)])
 
 
 if __name__ == "__main__":

@@ -1,43 +1,77 @@
 """What a placement writes and hands on (flow/place.py, flow/electrical.py, flow/signoff.py): the DEF and SPEF
 (``write_outputs``, the SPEF's nets in slices written side by side), the placed netlist and the layout, the
-placement state that sign-off continues from (``save_state`` / ``load_state``)."""
+placement state that sign-off continues from (``save_state`` / ``load_state``).
+
+    python -m flow.place_out --place build/place
+
+writes the netlist, DEF, SPEF and layout of a ``flow.place --defer-outputs`` placement from its state
+(``write_deferred``; ``flow.sta --place`` does it first when they are missing): make demo places that way, so
+that sign-off starts without waiting for files only the diagnostics and the pictures read."""
 from __future__ import annotations
 
+import argparse
+import json
 import pickle
 import shutil
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
 from flow.fork import ForkError, beside
-from flow.lefdef import DefComponent, DefPin, Lef, write_def
-from flow.parasitics import MacroShadow, NetPins, macro_rects, RcModel, spef_header, write_dnet
+from flow.cli import collector_paused, report_stage
+from flow.lefdef import DefComponent, DefPin, Lef, LefError, read_lef, write_def
+from flow.parasitics import MacroShadow, NetPins, macro_rects, RcModel, spef_header, steiner_factor, write_dnet
 from flow.place_flat import Floorplan, PinPoints
-from flow.place_netlist import Design, PlaceError, write_placed_netlist
+from flow.place_netlist import Design, PlaceError, progress, write_placed_netlist
+from pdk_config import PdkError, find_pdk
 
 PIN_LAYERS = {"left": "metal3", "right": "metal3", "top": "metal2", "bottom": "metal2"}
+DEFERRED = "deferred_outputs"     # place.json's record of outputs flow.place --defer-outputs left for later
+
+
+def read_lefs(pdk) -> Lef:
+    """The technology, cell and fakeram45 LEFs of ``pdk`` in one Lef."""
+    try:
+        lef = read_lef(pdk.tech_lef)
+        read_lef(pdk.cell_lef, lef)
+        for ram in pdk.fakerams:
+            read_lef(ram.lef, lef)
+    except LefError as e:
+        raise PlaceError(str(e)) from None
+    if not lef.dbu:
+        raise PlaceError(f"{pdk.tech_lef} has no UNITS DATABASE MICRONS")
+    return lef
 
 
 # ---------------------------------------------------------------------------------------------- outputs
 
 def _spef_nets(path: Path, d: Design, at: PinPoints, rc: RcModel, shadow: MacroShadow, dbu: int, nets: range,
-               mode: str = "w") -> tuple[float, float, float]:
-    """The *D_NETs of ``nets`` into ``path``; their (HPWL um, wire um, wire capacitance fF)."""
+               mode: str = "w") -> None:
+    """The *D_NETs of ``nets`` into ``path``."""
     lo, hi = at.start[nets.start], at.start[nets.stop]
     ux, uy = (at.x[lo:hi] / dbu).tolist(), (at.y[lo:hi] / dbu).tolist()
     start = (at.start[nets.start:nets.stop + 1] - lo).tolist()
-    hpwl = wire = cap = 0.0
     with open(path, mode) as f:
         for k, n in enumerate(nets):
             pins = d.net_pins[n]
             px, py = ux[start[k]:start[k + 1]], uy[start[k]:start[k + 1]]
-            hpwl += max(px) - min(px) + max(py) - min(py)
             net = NetPins(d.net_name[n], [p[4] for p in pins], [p[0] < 0 for p in pins], [p[5] for p in pins], px, py)
-            length, c = write_dnet(f, net, rc, flat=True, shadow=shadow)
-            wire += length
-            cap += c
-    return hpwl, wire, cap
+            write_dnet(f, net, rc, flat=True, shadow=shadow)
+
+
+def wire_summary(d: Design, at: PinPoints, rc: RcModel, dbu: int) -> dict:
+    """The placed nets' HPWL, Steiner wire length (um) and wire capacitance (fF), as the SPEF's *D_NETs
+    estimate them (flow/parasitics.py ``net_rc``: bounding box times the Steiner factor of the pin count),
+    without writing them."""
+    box = at.boxes() / dbu
+    dx, dy = box[:, 2] - box[:, 0], box[:, 3] - box[:, 1]
+    pins = np.diff(at.start)
+    counts = np.unique(pins)
+    k = np.array([steiner_factor(int(c)) for c in counts])[np.searchsorted(counts, pins)]
+    return {"hpwl_um": float((dx + dy).sum()), "wire_um": float(((dx + dy) * k).sum()),
+            "wire_cap_ff": float(((dx * rc.c_h + dy * rc.c_v) * k).sum()), "nets": len(d.net_name)}
 
 
 SPEF_WRITERS = 2          # processes writing a SPEF's nets, the first of them this one
@@ -62,7 +96,7 @@ def write_outputs(d: Design, fp: Floorplan, lef: Lef, xs, ys, orient, stage: Pat
     sides = [beside(_spef_nets, part, d, at, rc, shadow, dbu, range(cuts[k], cuts[k + 1]),
                     copies=copies_of(d) // SPEF_WRITERS) for k, part in enumerate(parts, 1)]
     spef.write_text(spef_header(d.top))
-    sums = [_spef_nets(spef, d, at, rc, shadow, dbu, range(cuts[0], cuts[1]), "a")]
+    _spef_nets(spef, d, at, rc, shadow, dbu, range(cuts[0], cuts[1]), "a")
     comps = [DefComponent(d.comp_name[i], d.comp_master[i], xs[i], ys[i], orient[i], i >= d.n_std)
              for i in range(len(d.comp_name))]
     pins = []
@@ -76,14 +110,13 @@ def write_outputs(d: Design, fp: Floorplan, lef: Lef, xs, ys, orient, stage: Pat
     with open(spef, "ab") as f:
         for side, part in zip(sides, parts):
             try:
-                sums.append(side.result())
+                side.result()
             except ForkError as e:
                 raise PlaceError(f"writing {part.name}: {e}") from None
             with open(part, "rb") as g:
                 shutil.copyfileobj(g, f, 1 << 24)
             part.unlink()
-    hpwl, wire, cap = (sum(x) for x in zip(*sums))
-    return {"hpwl_um": hpwl, "wire_um": wire, "wire_cap_ff": cap, "nets": len(nets)}
+    return wire_summary(d, at, rc, dbu)
 
 
 def copies_of(d: Design) -> int:
@@ -147,3 +180,66 @@ def write_placed(stage: Path, module: dict, macro_modules: str, d: Design, fp: F
     except ForkError as e:
         raise PlaceError(f"writing {d.top}.v: {e}") from None
     return wires
+
+
+# ---------------------------------------------------------------------------------------------- deferred
+
+@collector_paused()
+def write_deferred(place_dir: Path) -> dict:
+    """The netlist, DEF, SPEF (and, if the placement wanted pictures, the layout) of a placement made with
+    ``--defer-outputs``, written from its state into a stage folder, moved beside place.json, which then
+    lists them (written last, by rename: a half-finished run leaves it saying they are missing). Returns
+    place.json's content; a placement with nothing deferred is returned as it is."""
+    pj = place_dir / "place.json"
+    if not pj.is_file():
+        raise PlaceError(f"{pj} not found: run `make place` (python -m flow.place) first")
+    placed = json.loads(pj.read_text())
+    later = placed.get(DEFERRED)
+    if not later or later["written"]:
+        return placed
+    t0 = time.monotonic()
+    try:
+        pdk = find_pdk()
+    except PdkError as e:
+        raise PlaceError(str(e)) from None
+    lef = read_lefs(pdk)
+    progress(f"{placed['top']}: writing the deferred netlist, DEF, SPEF{' and layout' if later['layout'] else ''} "
+             f"of {place_dir} from its state ...")
+    state = load_state(place_dir / placed["files"]["state"])
+    d, fp, xs, ys, orient = (state[k] for k in ("design", "floorplan", "xs", "ys", "orient"))
+    stage = place_dir / "outputs.tmp"
+    if stage.exists():
+        shutil.rmtree(stage)
+    stage.mkdir()
+    side = beside(netlist_and_layout, stage, state["module"], state["macro_modules"], d, fp, xs, ys, orient, lef,
+                  pdk if later["layout"] else None, copies=copies_of(d))
+    write_outputs(d, fp, lef, xs, ys, orient, stage, RcModel.from_lef(lef))
+    try:
+        layout = side.result()
+    except ForkError as e:
+        raise PlaceError(f"writing {d.top}.v: {e}") from None
+    files = {"netlist": f"{d.top}.v", "def": f"{d.top}.def", "spef": f"{d.top}.spef", **layout.pop("files", {})}
+    for name in files.values():
+        (stage / name).replace(place_dir / name)
+    shutil.rmtree(stage)
+    placed["files"] |= files
+    placed[DEFERRED] |= {"written": True, "runtime_s": round(time.monotonic() - t0, 2),
+                         "finished_unix": round(time.time(), 1),
+                         "runtime_by_step_s": {k: round(v, 2) for k, v in layout.items()}}
+    tmp = pj.with_name(pj.name + ".tmp")
+    tmp.write_text(json.dumps(placed, indent=1) + "\n")
+    tmp.replace(pj)
+    return placed
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m flow.place_out", description=__doc__.split("\n\n")[-1])
+    ap.add_argument("--place", type=Path, default=Path("build/place"), help="a flow.place --defer-outputs folder")
+    args = ap.parse_args(argv)
+    return report_stage("flow.place_out", PlaceError, lambda: write_deferred(args.place),
+                        lambda r: f"{r['top']}: " + ", ".join(f"{k} {v}" for k, v in sorted(r["files"].items())) + "\n",
+                        lambda r: [args.place / "place.json"])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from flow.report_dse import md_dse
 from flow.report_figures import CHIP_SIM_COMMAND, atomic, fig_area, fig_bits, fig_slack, fig_tokens
+from flow.place_out import DEFERRED
 from flow.report_layout import fig_layout, fig_placement
 from flow.report_signoff import SIGNOFF_COMMAND, fig_floorplan, fig_routing_demand, md_signoff
 from flow.report_power import fig_power_by_engine, md_power
@@ -296,10 +297,11 @@ CHAIN = ("synth", "place", "signoff")       # what makes the signed-off chip, ea
 
 def _md_runtime(stages: dict) -> list[str]:
     """Wall-clock time of synthesis through sign-off against the flow's 30-minute goal, and apart from it the
-    timing diagnostics that nothing in the chain reads (`make demo` runs them after sign-off)."""
-    apart = (stages["place"]["data"] or {}).get("sta", {}) is None     # flow.place --no-sta, then flow.sta --place
-    diagnostics = ("sta", *(("place_sta",) if apart else ()))
-    time_of = {k: stages[k]["data"].get("runtime_s") if stages[k]["data"] else None for k in (*CHAIN, *diagnostics)}
+    diagnostics that nothing in the chain reads (`make demo` runs them after sign-off): the STAs, and the
+    placement's own netlist, DEF, SPEF and pictures when it deferred them (``flow.place --defer-outputs``)."""
+    place = stages["place"]["data"] or {}
+    apart = place.get("sta", {}) is None     # flow.place --no-sta, then flow.sta --place
+    time_of = {k: stages[k]["data"].get("runtime_s") if stages[k]["data"] else None for k in CHAIN}
     md = ["## Flow runtime", "", "| step | seconds | command |", "|---|---|---|"]
     md += [f"| {k} | {fmt(time_of[k], ',.0f')} | `{stages[k]['command']}` |" for k in CHAIN]
     ran = [k for k in CHAIN if time_of[k] is not None]
@@ -309,12 +311,22 @@ def _md_runtime(stages: dict) -> list[str]:
         missing = [k for k in CHAIN if time_of[k] is None]
         md += [f"| synthesis through sign-off, wall clock | {total:,.0f} ({total / 60:.1f} min, {verdict} the "
                f"{FLOW_MINUTES_GOAL}-minute goal{'; not run: ' + ', '.join(missing) if missing else ''}) | |"]
-    md += [f"| {k} (diagnostic: timing that no later step reads) | {fmt(time_of[k], ',.0f')} | "
-           f"`{stages[k]['command']}` |" for k in diagnostics]
-    done = [k for k in diagnostics if time_of[k] is not None]
+    # (row, its stage record or None, command) of each diagnostic
+    diagnostics = [("sta (diagnostic: timing that no later step reads)", stages["sta"]["data"],
+                    stages["sta"]["command"])]
+    if place.get(DEFERRED):
+        later = place[DEFERRED]
+        diagnostics.append(("placement's netlist, DEF, SPEF and pictures (diagnostic: deferred past sign-off, "
+                            "which reads the placement state)", later if later["written"] else None,
+                            later["command"]))
+    if apart:
+        diagnostics.append(("place_sta (diagnostic: timing that no later step reads)", stages["place_sta"]["data"],
+                            stages["place_sta"]["command"]))
+    md += [f"| {row} | {fmt(data.get('runtime_s') if data else None, ',.0f')} | `{cmd}` |"
+           for row, data, cmd in diagnostics]
+    done = [data for _, data, _ in diagnostics if data and data.get("runtime_s") is not None]
     if done:
-        both = flow_seconds([stages[k]["data"] for k in done])
-        md += [f"| diagnostics, wall clock (side by side) | {both:,.0f} | |"]
+        md += [f"| diagnostics, wall clock (side by side) | {flow_seconds(done):,.0f} | |"]
     return md + [""]
 
 

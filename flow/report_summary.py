@@ -90,7 +90,7 @@ def placed_clock(stages: dict, sp: dict) -> dict:
     sources = [(signed["data"]["corners"], signed)] if signed["data"] else []
     if place_sta["data"]:
         sources.append((place_sta["data"]["corners"], place_sta))
-    elif place["data"]:
+    elif place["data"] and place["data"]["sta"]:              # (null: placed with --no-sta)
         sources.append((place["data"]["sta"], place))             # place.json's copy of the same STA
     if not sources:
         return {**out, "status": "no placement", "command": place["command"], "path": place_sta["path"]}

@@ -47,8 +47,7 @@ from flow import design_rules, hold, rebuffer, rudy, touchup
 from flow.cli import collector_paused, publish, report_stage
 from flow.macro_map import MacroMapError, storage_lib
 from flow.parasitics import RcModel, macro_rects
-from flow.place import _read_lefs
-from flow.place_out import STATE_FILE, load_state, write_placed
+from flow.place_out import STATE_FILE, load_state, read_lefs, write_deferred, write_placed
 from flow.place_flat import PinPoints
 from flow.place_netlist import PROGRESS_TAG, PlaceError, progress
 from flow.relegalize import relegalize
@@ -209,7 +208,7 @@ def signoff(place_dir: Path, synth: Path, out: Path, period_ns: float | None = N
         raise SignoffError(f"{place_dir} is from an older flow.place (no {STATE_FILE}): run `make place` again")
     try:
         pdk = find_pdk()
-        lef = _read_lefs(pdk)
+        lef = read_lefs(pdk)
         sizes = storage_lib(pdk, cache)
         state = load_state(place_dir / STATE_FILE)
     except (PdkError, PlaceError, MacroMapError) as e:
@@ -233,6 +232,11 @@ def signoff(place_dir: Path, synth: Path, out: Path, period_ns: float | None = N
                                                         liberty_areas(slow), rc, clock, stage / "electrical")
     except (RepairError, PlaceError) as e:
         raise SignoffError(f"electrical repair: {e}") from None
+    if "netlist" not in electrical:             # nothing to repair: timing reads the placement's own files
+        try:
+            placed = write_deferred(place_dir)      # (a --defer-outputs placement has not written them yet)
+        except PlaceError as e:
+            raise SignoffError(str(e)) from None
     netlist = Path(electrical.get("netlist", place_dir / placed["files"]["netlist"])).resolve()
     spef = Path(electrical.get("spef", place_dir / placed["files"]["spef"])).resolve()
     timing["electrical_s"] = time.monotonic() - t

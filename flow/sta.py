@@ -316,7 +316,8 @@ def main(argv: list[str] | None = None) -> int:
                                              "the available memory holds fewer; `make demo` uses 1, placement "
                                              "runs beside it)")
     ap.add_argument("--place", type=Path, help="time the placed netlist of this `flow.place --no-sta` folder with "
-                                               "its SPEF, at its clock, into <place>/sta (--out is ignored)")
+                                               "its SPEF, at its clock, into <place>/sta (--out is ignored); "
+                                               "writes them first if the placement deferred them")
     args = ap.parse_args(argv)
     return report_stage("flow.sta", StaError, lambda: _main_run(args), summary_text,
                         lambda r: [(args.place / "sta" if args.place else args.out) / "sta.json"])
@@ -325,10 +326,12 @@ def main(argv: list[str] | None = None) -> int:
 def _main_run(args) -> dict:
     if args.place is None:
         return run_sta(args.synth, args.out, args.corners, args.period, args.clock, jobs=args.jobs)
-    pj = args.place / "place.json"
-    if not pj.is_file():
-        raise StaError(f"{pj} not found: run `make place` (python -m flow.place) first")
-    placed = json.loads(pj.read_text())
+    from flow.place_out import write_deferred          # placement's modules load only for --place
+    from flow.place_netlist import PlaceError
+    try:
+        placed = write_deferred(args.place)           # a --defer-outputs placement's netlist and SPEF, first
+    except PlaceError as e:
+        raise StaError(str(e)) from None
     return run_sta(args.synth, args.place / "sta", args.corners, args.period or placed["period_ns"], args.clock,
                    jobs=args.jobs, parasitics=args.place / placed["files"]["spef"],
                    netlist=args.place / placed["files"]["netlist"])

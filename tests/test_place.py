@@ -8,6 +8,7 @@ import pytest
 from flow.lefdef import read_def_components, read_lef
 from flow.parasitics import spef_escape, steiner_factor
 from flow.place import PlaceError, place
+from flow.place_out import DEFERRED, write_deferred
 from flow.synth import synthesize
 from pdk_config import find_pdk
 
@@ -107,6 +108,40 @@ def test_placement_without_sta_is_timed_later_by_flow_sta(placed, tmp_path):
     assert later["constraints"]["parasitics"] and later["period_ns"] == quiet["period_ns"]
     for corner, c in r["sta"].items():
         assert later["corners"][corner]["wns_ns"] == pytest.approx(c["wns_ns"], abs=1e-4), corner
+
+
+def test_deferred_outputs_are_written_from_the_state_by_flow_sta(placed, tmp_path):
+    """make demo's placement: --defer-outputs writes the state sign-off reads, place.json and the floorplan;
+    flow.sta --place then writes the netlist, DEF, SPEF and layout from the state (the same bytes as a
+    placement that writes them at once) before it times them."""
+    from flow.sta import main as sta_main
+    base, _, r = placed
+    out = tmp_path / "place"
+    later = place(base / "synth", out, utilization=0.6, effort=2, sta=False, outputs=False)
+    assert not {"netlist", "def", "spef", "gds", "placement_png"} & set(later["files"])
+    assert later[DEFERRED]["written"] is False and "flow.place_out" in later[DEFERRED]["command"]
+    assert not list(out.glob("*.def")) + list(out.glob("*.spef")) + list(out.glob("*.v"))
+    for key in ("hpwl_um", "steiner_wire_um", "wire_cap_pf", "nets"):      # estimated without the SPEF
+        assert later[key] == pytest.approx(r[key], rel=1e-9), key
+    assert sta_main(["--synth", str(base / "synth"), "--place", str(out), "--jobs", "1"]) == 0
+    done = json.loads((out / "place.json").read_text())
+    assert done[DEFERRED]["written"] is True and done[DEFERRED]["runtime_s"] > 0
+    for key in ("netlist", "def", "spef"):
+        assert (out / done["files"][key]).read_bytes() == (base / "place" / r["files"][key]).read_bytes(), key
+    for key in ("gds", "placement_png"):                # (the GDS header holds the time it was written)
+        assert (out / done["files"][key]).stat().st_size > 10_000, key
+    assert not (out / "outputs.tmp").exists()
+    timed = json.loads((out / "sta" / "sta.json").read_text())
+    for corner, c in r["sta"].items():
+        assert timed["corners"][corner]["wns_ns"] == pytest.approx(c["wns_ns"], abs=1e-4), corner
+
+
+def test_deferred_outputs_need_no_sta(placed, tmp_path):
+    base, _, _ = placed
+    with pytest.raises(PlaceError, match="--no-sta"):
+        place(base / "synth", tmp_path / "place", sta=True, outputs=False)
+    with pytest.raises(PlaceError, match="run `make place`"):
+        write_deferred(tmp_path / "nowhere")
 
 
 def test_gds_and_pictures(placed):

@@ -5,6 +5,7 @@ import re
 
 import pytest
 
+from flow.place_out import DEFERRED
 from flow.report import FIGURES, K3_TOKENS_PER_S, PORT_LIMIT_TOKENS_PER_S, brief, flow_seconds, load, write_report
 from flow.report_engines import OUTSIDE, Engines, engine_areas
 
@@ -564,6 +565,29 @@ def test_flow_runtime_counts_placement_sta_run_apart(tmp_path):
     assert "| diagnostics, wall clock (side by side) | 420 |" in md
     placed = md[md.index("### After placement"):]
     assert "| slow |" in placed.split("###")[1]
+
+
+def test_flow_runtime_counts_deferred_placement_files_as_a_diagnostic(tmp_path):
+    """make demo's placement defers its netlist, DEF, SPEF and pictures (flow.place --defer-outputs): flow.sta
+    --place writes them after sign-off, a diagnostic step of its own; not yet written, the row says so."""
+    later = {"layout": True, "written": True, "command": "python -m flow.place_out --place b/place",
+             "runtime_s": 110.0, "finished_unix": 2000.0}
+    apart = {**STA, "runtime_s": 300.0, "finished_unix": 2300.0,
+             "constraints": {**STA["constraints"], "parasitics": "x.spef"}}
+    build = _build(tmp_path, {"synth/synth.json": {**SYNTH, "runtime_s": 900.0},
+                              "sta/sta.json": {**STA, "runtime_s": 400.0, "finished_unix": 2300.0},
+                              "place/place.json": {**PLACE, "sta": None, DEFERRED: later},
+                              "place/sta/sta.json": apart})
+    write_report(build, tmp_path / "report")
+    md = (tmp_path / "report" / "report.md").read_text()
+    row = "| placement's netlist, DEF, SPEF and pictures (diagnostic: deferred past sign-off"
+    assert row in md and "sign-off, which reads the placement state) | 110 | `python -m flow.place_out" in md
+    assert "| diagnostics, wall clock (side by side) | 410 |" in md          # 1890 .. 2300: the writing, then STA
+    build = _build(tmp_path / "b", {"place/place.json": {**PLACE, "sta": None,
+                                                         DEFERRED: {**later, "written": False}}})
+    write_report(build, tmp_path / "report2")
+    md = (tmp_path / "report2" / "report.md").read_text()
+    assert row in md and "placement state) | — |" in md
 
 
 def test_flow_runtime_counts_steps_side_by_side_once():

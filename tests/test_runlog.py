@@ -211,8 +211,9 @@ def test_a_long_summary_is_cut_on_the_terminal_and_whole_in_the_log(tmp_path):
 
 def test_make_demo_runs_the_chain_alone_then_the_diagnostics():
     """The steps of `make demo` (make -n): one flow.runlog call, no sub-make (which re-ran synthesis and printed
-    its summary a second time); synthesis, placement without its own STA and sign-off each alone; then the
-    synthesis STA beside the placement's STA, one OpenSTA each; the summary with the runtime record."""
+    its summary a second time); synthesis, placement without its own STA and its files (only the state sign-off
+    reads) and sign-off each alone; then the synthesis STA beside the placement's STA (which writes the
+    placement's files first), one OpenSTA each; the summary with the runtime record."""
     repo = Path(__file__).resolve().parents[1]
     plan = subprocess.run(["make", "-n", "--no-print-directory", "demo", "BLOCK=dequant_mac", "BUILD=/tmp/b"],
                           cwd=repo, capture_output=True, text=True, check=True).stdout
@@ -225,7 +226,7 @@ def test_make_demo_runs_the_chain_alone_then_the_diagnostics():
     assert [module for *_, module in steps] == ["rtl_gen", "verification.sim", "flow.synth", "flow.place",
                                                 "flow.signoff", "flow.sta", "flow.sta", "flow.report"]
     assert "--jobs 1" in args[args.index("sta") + 1]
-    assert args[args.index("place") + 1].endswith(" --no-sta")
+    assert args[args.index("place") + 1].endswith(" --no-sta --defer-outputs")
     assert "--place /tmp/b/place --jobs 1" in args[args.index("place_sta") + 1]
     assert not re.search(r"^make |\bmake -|--no-print-directory", plan, re.M)          # no sub-make
     assert "-m flow.report --build /tmp/b --out /tmp/b/report --brief --runtime /tmp/b/logs/runtime.json" in plan
