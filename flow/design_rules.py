@@ -10,11 +10,12 @@ compared with ``MAX_FANOUT``. The ideal clock's net is not checked (a clock tree
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import chain
 
 import numpy as np
 
 from flow.parasitics import RcModel, steiner_factor
-from flow.place_flat import Floorplan, PinPoints
+from flow.place_flat import Floorplan, PinPoints, PinTable
 from flow.place_netlist import Design
 from flow.repair import pin_values
 from flow.sta import DRIVING_CELL
@@ -45,6 +46,18 @@ class RuleReport:
                          "the clock net is not checked (ideal clock)"}
 
 
+def sink_caps(d: Design, caps: dict[tuple[str, str], float]) -> np.ndarray:
+    """Per pin of ``d`` (PinTable order) the input capacitance (fF) it loads its net with, 0.0 for drivers and
+    I/O pins; kept in ``d.derived()`` for this ``caps`` (flow/electrical.py ``resize_in_place`` updates it)."""
+    cache = d.derived()
+    if cache.get("sink_caps", (None,))[0] is not caps:
+        n = len(PinTable.of(d).obj)
+        cache["sink_caps"] = (caps, np.fromiter(
+            (0.0 if p[5] or p[0] < 0 else caps.get((d.comp_master[p[0]], p[1]), 0.0)
+             for p in chain.from_iterable(d.net_pins)), float, n))
+    return cache["sink_caps"][1]
+
+
 def check(d: Design, fp: Floorplan, xs, ys, orient, caps: dict[tuple[str, str], float],
           limits: dict[tuple[str, str], float], rc: RcModel, dbu: int, clock_nets: set[str]) -> RuleReport:
     """Every net of two pins or more but the clock's, its load and fanout against the limits (numpy over all
@@ -52,9 +65,7 @@ def check(d: Design, fp: Floorplan, xs, ys, orient, caps: dict[tuple[str, str], 
     rep = RuleReport()
     pts = PinPoints.of(d, fp, xs, ys, orient)
     counts = np.diff(pts.start)
-    flat = [p for pins in d.net_pins for p in pins]
-    sink_cap = np.fromiter((0.0 if p[5] or p[0] < 0 else caps.get((d.comp_master[p[0]], p[1]), 0.0) for p in flat),
-                           float, len(flat))
+    sink_cap = sink_caps(d, caps)
     checked = counts >= 2
     checked[[k for k, name in enumerate(d.net_name) if name in clock_nets]] = False
     rep.nets_checked = int(checked.sum())
@@ -72,7 +83,8 @@ def check(d: Design, fp: Floorplan, xs, ys, orient, caps: dict[tuple[str, str], 
     port_limit = limits.get(DRIVING_CELL)
     floor = min([*limits.values(), MACRO_MAX_CAP_FF] + ([port_limit] if port_limit is not None else []))
     for i in np.flatnonzero(pts.drives & checked[net_of] & (loads[net_of] > floor)):   # the rest meet any limit
-        obj, pin, k = flat[i][0], flat[i][1], net_of[i]
+        k = int(net_of[i])
+        obj, pin = d.net_pins[k][i - pts.start[k]][:2]
         if obj < 0:
             limit = port_limit
         elif obj >= d.n_std:

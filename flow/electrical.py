@@ -17,7 +17,7 @@ few millimetres away: 200 fF on a gate allowed 27 fF, 3.7 ns transitions at the 
 The wider and new cells are fitted into the rows (flow/relegalize.py); the nets that this lengthened past
 their limit get a stronger driver, whatever their length (``SETTLE_MARGIN``), and the rows are fitted again
 (``SETTLE_ROUNDS`` times at most: on the nano chip these nets were the ones sign-off's touch-up sized, and a
-touch-up costs three more STA runs); then the netlist, DEF and SPEF are written again, so the timing repair that follows reads real
+touch-up costs three more STA runs); then the netlist and SPEF are written again, so the timing repair that follows reads real
 wires. Only buffers are added and removed, and drivers only change size (flow/repair.py ``verify``).
 Sign-off runs it a second time after timing repair, keeping that repair's buffers, for the nets the sizing
 and the re-legalisation pushed over.
@@ -30,9 +30,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from flow import design_rules
 from flow.parasitics import steiner_factor
 from flow.place import repair_positions
+from flow.place_flat import PinTable
 from flow.place_out import write_placed
 from flow.place_netlist import build_design, net_names, progress
 from flow.relegalize import relegalize
@@ -135,18 +138,26 @@ def rebuilt(module: dict, top: str, lef, sizes, d, fp, xs, ys, orient, new_cell)
 def resize_in_place(d, lef, changed: dict[str, tuple[str, str]]) -> None:
     """Gives the standard cells of ``d`` whose key is in ``changed`` (key -> (old cell, new cell), what
     ``upsize_drivers`` returns) their new master's width and pin offsets, as ``build_design`` would: a
-    size change alone does not need the whole design built again. Positions stay (relegalize fits them)."""
+    size change alone does not need the whole design built again. Positions stay (relegalize fits them).
+    The design's pin table and sink capacitances (``Design.derived``) follow."""
     index = {key: i for i, key in enumerate(d.comp_key[:d.n_std])}
     new_of = {index[key]: cells[1] for key, cells in changed.items()}
     dbu = lef.dbu
     for i, cell in new_of.items():
         d.comp_master[i] = cell
         d.comp_w[i] = int(round(lef.masters[cell].width_um * dbu))
-    for pins in d.net_pins:
-        for j, p in enumerate(pins):
-            if p[0] in new_of:
-                x, y = lef.masters[new_of[p[0]]].pins[p[1]].center_um
-                pins[j] = (p[0], p[1], int(round(x * dbu)), int(round(y * dbu)), p[4], p[5])
+    table = PinTable.of(d)
+    caps = d.derived().get("sink_caps")
+    at = np.flatnonzero(np.isin(table.obj, np.fromiter(new_of, np.int64, len(new_of))))
+    for f, k in zip(at.tolist(), (np.searchsorted(table.start, at, side="right") - 1).tolist()):
+        pins = d.net_pins[k]
+        j = f - int(table.start[k])
+        p = pins[j]
+        x, y = lef.masters[new_of[p[0]]].pins[p[1]].center_um
+        pins[j] = (p[0], p[1], int(round(x * dbu)), int(round(y * dbu)), p[4], p[5])
+        table.dx[f], table.dy[f] = pins[j][2], pins[j][3]
+        if caps is not None and not p[5]:
+            caps[1][f] = caps[0].get((new_of[p[0]], p[1]), 0.0)
 
 
 def repair_design(module: dict, state: dict, lef, sizes, top: str, caps, limits, areas, rc, clock: str,
@@ -154,7 +165,7 @@ def repair_design(module: dict, state: dict, lef, sizes, top: str, caps, limits,
     """Fixes every net of the placed ``state`` that breaks max capacitance: a stronger driver where one
     suffices (``upsize_drivers``), else the net is rebuilt as a buffer tree with repeaters (buffers in
     ``keep`` stay). Returns the new (design, xs, ys, orient) and a summary. With ``out``, writes
-    ``<top>.v``, ``.def`` and ``.spef`` there when it changed anything (``summary["netlist"]``,
+    ``<top>.v`` and ``.spef`` there when it changed anything (``summary["netlist"]``,
     ``summary["spef"]``). It repairs against ``CAP_MARGIN`` x each limit (the summary's counts are against
     that target): at the slow corner a driver at its limit with a slow input edge is already past its
     max transition (measured on the ci chip: 564 pins at 0.55 ns against 0.5 ns, every net within its
@@ -210,7 +221,8 @@ def repair_design(module: dict, state: dict, lef, sizes, top: str, caps, limits,
         after = design_rules.check(new, fp, nxs, nys, nor, caps, limits, rc, dbu, {clock})
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-        write_placed(out, module, state["macro_modules"], new, fp, lef, nxs, nys, nor, rc)
+        # what the timing repair reads: the netlist and SPEF (no DEF: the sign-off writes the final one)
+        write_placed(out, module, state["macro_modules"], new, fp, lef, nxs, nys, nor, rc, with_def=False)
         summary |= {"netlist": str(out / f"{top}.v"), "spef": str(out / f"{top}.spef")}
     summary |= {"cap_violations_after": len(after.cap_violations),
                 "left_over_limit": _over_limit(module, new, after.cap_violations), "cells_moved": moved,

@@ -121,32 +121,32 @@ class MacroShadow:
                 for by in range(int(y0 // self.BIN_UM), int(y1 // self.BIN_UM) + 1):
                     self.bins.setdefault((bx, by), []).append(k)
 
-    def _near(self, x0: float, y0: float, x1: float, y1: float) -> set[int]:
+    def near(self, x0: float, y0: float, x1: float, y1: float) -> list[tuple[float, float, float, float]]:
+        """The macros that share a bin with a box (lower left, upper right): all that it overlaps, and maybe
+        a few more; in the order of ``rects``."""
         b = self.BIN_UM
-        return {k for bx in range(int(x0 // b), int(x1 // b) + 1) for by in range(int(y0 // b), int(y1 // b) + 1)
-                for k in self.bins.get((bx, by), ())}
+        return [self.rects[k] for k in sorted({k for bx in range(int(x0 // b), int(x1 // b) + 1)
+                                               for by in range(int(y0 // b), int(y1 // b) + 1)
+                                               for k in self.bins.get((bx, by), ())})]
 
-    def touches(self, x0: float, y0: float, x1: float, y1: float) -> bool:
-        """Whether a box (lower left, upper right) shares a bin with a macro (cheap, may say yes wrongly)."""
-        b = self.BIN_UM
-        return any((bx, by) in self.bins for bx in range(int(x0 // b), int(x1 // b) + 1)
-                   for by in range(int(y0 // b), int(y1 // b) + 1))
-
-    def _h(self, y: float, xa: float, xb: float) -> float:
+    @staticmethod
+    def _h(rs, y: float, xa: float, xb: float) -> float:
         lo, hi = min(xa, xb), max(xa, xb)
-        rs = (self.rects[k] for k in self._near(lo, y, hi, y))
         return sum(max(0.0, min(hi, x1) - max(lo, x0)) for x0, y0, x1, y1 in rs if y0 < y < y1)
 
-    def _v(self, x: float, ya: float, yb: float) -> float:
+    @staticmethod
+    def _v(rs, x: float, ya: float, yb: float) -> float:
         lo, hi = min(ya, yb), max(ya, yb)
-        rs = (self.rects[k] for k in self._near(x, lo, x, hi))
         return sum(max(0.0, min(hi, y1) - max(lo, y0)) for x0, y0, x1, y1 in rs if x0 < x < x1)
 
-    def over(self, xa: float, ya: float, xb: float, yb: float) -> tuple[float, float]:
+    def over(self, xa: float, ya: float, xb: float, yb: float, rs=None) -> tuple[float, float]:
         """(horizontal, vertical) um over macros of the Manhattan route from a to b: the mean of its two
-        L shapes (horizontal first at ``ya``, then vertical at ``xb``; vertical first at ``xa``)."""
-        return ((self._h(ya, xa, xb) + self._h(yb, xa, xb)) / 2,
-                (self._v(xb, ya, yb) + self._v(xa, ya, yb)) / 2)
+        L shapes (horizontal first at ``ya``, then vertical at ``xb``; vertical first at ``xa``). ``rs``: the
+        macros to look at, if known (``near`` of a box that holds a and b)."""
+        if rs is None:
+            rs = self.near(min(xa, xb), min(ya, yb), max(xa, xb), max(ya, yb))
+        return ((self._h(rs, ya, xa, xb) + self._h(rs, yb, xa, xb)) / 2,
+                (self._v(rs, xb, ya, yb) + self._v(rs, xa, ya, yb)) / 2)
 
 
 @dataclass(frozen=True)
@@ -193,6 +193,13 @@ def spef_escape(name: str, flat: bool = False, bus: bool = True) -> str:
     return "/".join(out)
 
 
+def _flat_pin(node: str) -> str:
+    """``inst:pin`` of a flat netlist as SPEF: each part one escaped identifier (``spef_escape(part, flat=True,
+    bus=False)``, inlined: a nano SPEF has six million of them)."""
+    inst, pin = node.rsplit(":", 1)
+    return _esc(inst) + ":" + _esc(pin)
+
+
 def spef_header(design: str) -> str:
     return (f'*SPEF "IEEE 1481-1998"\n*DESIGN "{design}"\n*DATE "-"\n*VENDOR "nano-K3"\n'
             f'*PROGRAM "flow.parasitics"\n*VERSION "1"\n*DESIGN_FLOW "PIN_CAP NONE"\n*DIVIDER /\n*DELIMITER :\n'
@@ -211,9 +218,10 @@ def net_rc(net: NetPins, rc: RcModel, shadow: MacroShadow | None = None) -> tupl
     d = net.is_driver.index(True) if True in net.is_driver else 0
     xd, yd = net.x[d], net.y[d]
     res = [abs(net.x[i] - xd) * rc.r_h + abs(net.y[i] - yd) * rc.r_v for i in range(n)]
-    if shadow is not None and shadow.touches(x0, y0, x1, y1):
+    rs = shadow.near(x0, y0, x1, y1) if shadow is not None else None     # every pin's route lies in the box
+    if rs:
         for i in range(n):
-            oh, ov = shadow.over(xd, yd, net.x[i], net.y[i])
+            oh, ov = shadow.over(xd, yd, net.x[i], net.y[i], rs)
             res[i] -= oh * (rc.r_h - rc.r_h_over) + ov * (rc.r_v - rc.r_v_over)
     return length, cap, res
 
@@ -231,9 +239,7 @@ def write_dnet(f: TextIO, net: NetPins, rc: RcModel, flat: bool = False,
         return length, cap
     if flat:
         name = spef_escape(net.name, flat=True, bus=any(net.is_port))
-        nodes = {i: spef_escape(net.nodes[i], flat=True) if net.is_port[i] else
-                 ":".join(spef_escape(part, flat=True, bus=False) for part in net.nodes[i].rsplit(":", 1))
-                 for i in seen}
+        nodes = {i: spef_escape(net.nodes[i], flat=True) if net.is_port[i] else _flat_pin(net.nodes[i]) for i in seen}
     else:
         name = spef_escape(net.name)
         nodes = {i: spef_escape(net.nodes[i]) if net.is_port[i] else

@@ -272,6 +272,31 @@ def pin_xy(d: Design, fp: Floorplan, xs, ys, orient, p) -> tuple[int, int]:
     return xs[obj] + dx, ys[obj] + dy
 
 
+@dataclass
+class PinTable:
+    """What every net pin's position is made from, besides the placement: net k's pins are
+    ``[start[k], start[k + 1])``, in ``d.net_pins`` order; per pin its object (component index, or -1 - I/O pin
+    index), its offset in the object (dbu) and whether it drives the net."""
+    start: np.ndarray       # (nets + 1,) int64
+    obj: np.ndarray         # (pins,) int64
+    dx: np.ndarray
+    dy: np.ndarray
+    drives: np.ndarray      # bool
+
+    @classmethod
+    def of(cls, d: Design) -> "PinTable":
+        """``d``'s table, made once per design (``Design.derived``): sign-off asks for it many times."""
+        cache = d.derived()
+        if "pin_table" not in cache:
+            counts = np.fromiter(map(len, d.net_pins), np.int64, len(d.net_pins))
+            start = np.zeros(len(counts) + 1, np.int64)
+            np.cumsum(counts, out=start[1:])
+            n = int(start[-1])
+            flat = [p for pins in d.net_pins for p in pins]
+            obj, dx, dy = (np.fromiter(map(itemgetter(c), flat), np.int64, n) for c in (0, 2, 3))
+            cache["pin_table"] = cls(start, obj, dx, dy, np.fromiter(map(itemgetter(5), flat), bool, n))
+        return cache["pin_table"]
+
 
 @dataclass
 class PinPoints:
@@ -285,26 +310,20 @@ class PinPoints:
 
     @classmethod
     def of(cls, d: Design, fp: Floorplan, xs, ys, orient) -> "PinPoints":
-        counts = np.fromiter(map(len, d.net_pins), np.int64, len(d.net_pins))
-        start = np.zeros(len(counts) + 1, np.int64)
-        np.cumsum(counts, out=start[1:])
-        n = int(start[-1])
-        flat = [p for pins in d.net_pins for p in pins]
-        obj, dx, dy = (np.fromiter(map(itemgetter(c), flat), np.int64, n) for c in (0, 2, 3))
-        drives = np.fromiter(map(itemgetter(5), flat), bool, n)
-        del flat
+        t = PinTable.of(d)
+        obj, n = t.obj, len(t.obj)
         x, y = np.empty(n, np.int64), np.empty(n, np.int64)
         cell = obj >= 0
         k = obj[cell]
         flipped = np.fromiter((o == "FS" for o in orient), bool, len(orient))[k]
-        x[cell] = np.asarray(xs, np.int64)[k] + dx[cell]
-        y[cell] = np.asarray(ys, np.int64)[k] + np.where(flipped, np.asarray(d.comp_h, np.int64)[k] - dy[cell],
-                                                         dy[cell])
+        x[cell] = np.asarray(xs, np.int64)[k] + t.dx[cell]
+        y[cell] = np.asarray(ys, np.int64)[k] + np.where(flipped, np.asarray(d.comp_h, np.int64)[k] - t.dy[cell],
+                                                         t.dy[cell])
         if (~cell).any():
             io = np.array([(px, py) for px, py, _ in fp.io_xy], np.int64).reshape(-1, 2)
             j = -1 - obj[~cell]
             x[~cell], y[~cell] = io[j, 0], io[j, 1]
-        return cls(start, x, y, obj, drives)
+        return cls(t.start, x, y, obj, t.drives)
 
     def boxes(self) -> np.ndarray:
         """(nets, 4) int64: each net's pin bounding box (x0, y0, x1, y1); a net without pins is all zeros."""

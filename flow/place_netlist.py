@@ -127,6 +127,19 @@ class Design:
     # tile that holds the bit, for what needs a macro pin's position (flow/repair.py)
     macro_pins: dict = field(default_factory=dict)
 
+    # Arrays derived from net_pins and comp_master (flow/place_flat.py PinTable, flow/design_rules.py sink
+    # capacitances), kept until one of them changes: who edits those in place updates or drops these.
+    def derived(self) -> dict:
+        return self.__dict__.setdefault("_derived", {})
+
+    def pins_changed(self) -> None:
+        self.__dict__.pop("_derived", None)
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state.pop("_derived", None)
+        return state
+
 
 def _sram_pin(pin: str, j: int, m: Mapping) -> tuple[int, int, str]:
     """(tile row, tile column, fakeram pin) standing for bit ``j`` of msh_sram pin ``pin`` in wire estimates."""

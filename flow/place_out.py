@@ -61,6 +61,19 @@ def _spef_nets(path: Path, d: Design, at: PinPoints, rc: RcModel, shadow: MacroS
             write_dnet(f, net, rc, flat=True, shadow=shadow)
 
 
+def _write_def(d: Design, fp: Floorplan, xs, ys, orient, stage: Path, dbu: int) -> None:
+    comps = [DefComponent(d.comp_name[i], d.comp_master[i], xs[i], ys[i], orient[i], i >= d.n_std)
+             for i in range(len(d.comp_name))]
+    pins = []
+    for k, name in enumerate(d.io_name):
+        x, y, edge = fp.io_xy[k]
+        pins.append(DefPin(name, name, "INPUT" if d.io_dir[k] == "input" else "OUTPUT", PIN_LAYERS[edge], x, y,
+                           round(0.035 * dbu)))
+    nets = [(name, [("PIN", p[1]) if p[0] < 0 else (d.comp_name[p[0]], p[1]) for p in pins_])
+            for name, pins_ in zip(d.net_name, d.net_pins)]
+    write_def(stage / f"{d.top}.def", d.top, dbu, fp.die, fp.rows, comps, pins, nets)
+
+
 def wire_summary(d: Design, at: PinPoints, rc: RcModel, dbu: int) -> dict:
     """The placed nets' HPWL, Steiner wire length (um) and wire capacitance (fF), as the SPEF's *D_NETs
     estimate them (flow/parasitics.py ``net_rc``: bounding box times the Steiner factor of the pin count),
@@ -80,10 +93,11 @@ SPEF_WRITERS = 2          # processes writing a SPEF's nets, the first of them t
 COPY_BYTES_PER_PIN = 450
 
 
-def write_outputs(d: Design, fp: Floorplan, lef: Lef, xs, ys, orient, stage: Path, rc: RcModel) -> dict:
-    """The placement's DEF and SPEF into ``stage``: the SPEF's nets in ``SPEF_WRITERS`` slices of about equal
-    pin counts, all but the first written by forked copies (flow.fork) while this process writes the first
-    slice and the DEF, then joined in order."""
+def write_outputs(d: Design, fp: Floorplan, lef: Lef, xs, ys, orient, stage: Path, rc: RcModel,
+                  with_def: bool = True) -> dict:
+    """The placement's DEF (unless not ``with_def``) and SPEF into ``stage``: the SPEF's nets in
+    ``SPEF_WRITERS`` slices of about equal pin counts, all but the first written by forked copies (flow.fork)
+    while this process writes the first slice and the DEF, then joined in order."""
     dbu = lef.dbu
     at = PinPoints.of(d, fp, xs, ys, orient)
     shadow = MacroShadow(macro_rects(d, fp.macro_xy, dbu))
@@ -97,16 +111,8 @@ def write_outputs(d: Design, fp: Floorplan, lef: Lef, xs, ys, orient, stage: Pat
                     copies=copies_of(d) // SPEF_WRITERS) for k, part in enumerate(parts, 1)]
     spef.write_text(spef_header(d.top))
     _spef_nets(spef, d, at, rc, shadow, dbu, range(cuts[0], cuts[1]), "a")
-    comps = [DefComponent(d.comp_name[i], d.comp_master[i], xs[i], ys[i], orient[i], i >= d.n_std)
-             for i in range(len(d.comp_name))]
-    pins = []
-    for k, name in enumerate(d.io_name):
-        x, y, edge = fp.io_xy[k]
-        pins.append(DefPin(name, name, "INPUT" if d.io_dir[k] == "input" else "OUTPUT", PIN_LAYERS[edge], x, y,
-                           round(0.035 * dbu)))
-    nets = [(name, [("PIN", p[1]) if p[0] < 0 else (d.comp_name[p[0]], p[1]) for p in pins_])
-            for name, pins_ in zip(d.net_name, d.net_pins)]
-    write_def(stage / f"{d.top}.def", d.top, dbu, fp.die, fp.rows, comps, pins, nets)
+    if with_def:
+        _write_def(d, fp, xs, ys, orient, stage, dbu)
     with open(spef, "ab") as f:
         for side, part in zip(sides, parts):
             try:
@@ -170,11 +176,12 @@ def netlist_and_layout(stage: Path, module: dict, macro_modules: str, d: Design,
 
 
 def write_placed(stage: Path, module: dict, macro_modules: str, d: Design, fp: Floorplan, lef: Lef, xs, ys, orient,
-                 rc: RcModel) -> dict:
-    """The placed design's netlist ({top}.v), DEF and SPEF into ``stage``: the netlist by a forked copy of this
-    process (flow.fork) while this one writes the DEF and SPEF. Returns ``write_outputs``' wire summary."""
+                 rc: RcModel, with_def: bool = True) -> dict:
+    """The placed design's netlist ({top}.v), DEF (unless not ``with_def``) and SPEF into ``stage``: the netlist
+    by a forked copy of this process (flow.fork) while this one writes the DEF and SPEF. Returns
+    ``write_outputs``' wire summary."""
     netlist = beside(write_placed_netlist, stage / f"{d.top}.v", module, d.top, macro_modules, copies=copies_of(d))
-    wires = write_outputs(d, fp, lef, xs, ys, orient, stage, rc)
+    wires = write_outputs(d, fp, lef, xs, ys, orient, stage, rc, with_def)
     try:
         netlist.result()
     except ForkError as e:

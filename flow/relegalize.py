@@ -21,12 +21,13 @@ def _stretches(fp: Floorplan) -> dict[int, list[tuple[int, int]]]:
     return {y: sorted(v) for y, v in rows.items()}
 
 
-def _home(rows: dict[int, list[tuple[int, int]]], ys_sorted: list[int], x: int, y: int, w: int,
-          room: dict[tuple[int, int], int]) -> tuple[int, int]:
-    """The (row y, stretch index) a cell at (x, y) belongs to: its own, else the nearest with room."""
+def _home(rows: dict[int, list[tuple[int, int]]], starts: dict[int, list[int]], ys_sorted: list[int], x: int, y: int,
+          w: int, room: dict[tuple[int, int], int]) -> tuple[int, int]:
+    """The (row y, stretch index) a cell at (x, y) belongs to: its own, else the nearest with room.
+    ``starts``: each row's stretches' left ends."""
     if y in rows:
         spans = rows[y]
-        k = bisect.bisect_right([a for a, _ in spans], x) - 1
+        k = bisect.bisect_right(starts[y], x) - 1
         if k >= 0 and x < spans[k][1] and room[(y, k)] >= w:
             return y, k
     best = None
@@ -50,9 +51,10 @@ def relegalize(d: Design, fp: Floorplan, xs: list[int], ys: list[int], orient: l
     sw = fp.rows[0].step_x
     orient_of = {r.y: r.orient for r in fp.rows}
     room = {(y, k): b - a for y, spans in rows.items() for k, (a, b) in enumerate(spans)}
+    starts = {y: [a for a, _ in spans] for y, spans in rows.items()}
     members: dict[tuple[int, int], list[int]] = {}
     for i in range(d.n_std):
-        key = _home(rows, ys_sorted, xs[i], ys[i], d.comp_w[i], room)
+        key = _home(rows, starts, ys_sorted, xs[i], ys[i], d.comp_w[i], room)
         members.setdefault(key, []).append(i)
         room[key] -= d.comp_w[i]
     moved, total = 0, 0

@@ -3,6 +3,7 @@ buffer trees with repeaters along long edges, the logic stays the same."""
 import copy
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from flow import design_rules
@@ -10,8 +11,9 @@ from flow.design_rules import output_limits
 from flow.electrical import CAP_MARGIN, REPEATER_SPACING_UM, repair_design
 from flow.macro_map import storage_lib
 from flow.parasitics import RcModel, steiner_factor
-from flow.place import _read_lefs, place
-from flow.place_out import load_state
+from flow.place import place
+from flow.place_flat import PinTable
+from flow.place_out import load_state, read_lefs
 from flow.repair import TreeBuilder, _Node, input_caps
 from flow.synth import liberty_areas, synthesize
 from pdk_config import find_pdk
@@ -56,7 +58,7 @@ def test_nets_over_a_tightened_limit_are_rebuilt_and_keep_the_logic(placed, tmp_
     from test_repair import equivalent                   # tests/ is on sys.path (no package)
     pdk = find_pdk()
     cache = placed / "pdk_cache"
-    lef, sizes = _read_lefs(pdk), storage_lib(pdk, cache)
+    lef, sizes = read_lefs(pdk), storage_lib(pdk, cache)
     state = load_state(placed / "place" / "placed.pickle")
     unsettled = copy.deepcopy(state)
     slow = pdk.plain_liberty("slow", cache)
@@ -131,7 +133,7 @@ def test_resize_in_place_equals_a_rebuilt_design(placed):
     from flow.place_netlist import build_design
     from flow.resize import SIZED
     pdk = find_pdk()
-    lef, sizes = _read_lefs(pdk), storage_lib(pdk, placed / "pdk_cache")
+    lef, sizes = read_lefs(pdk), storage_lib(pdk, placed / "pdk_cache")
     state = load_state(placed / "place" / "placed.pickle")
     module, d = state["module"], state["design"]
     changed = {}
@@ -142,11 +144,18 @@ def test_resize_in_place_equals_a_rebuilt_design(placed):
             changed[key] = (cell, f"{m.group(1)}_X2")
             module["cells"][key]["type"] = f"{m.group(1)}_X2"
     assert len(changed) > 10
-    resize_in_place(d, lef, changed)
+    caps = input_caps(pdk.plain_liberty("typical", placed / "pdk_cache").read_text())
+    before = design_rules.sink_caps(d, caps).copy()          # the arrays kept on the design, made before ...
+    resize_in_place(d, lef, changed)                         # ... and updated in place
     fresh = build_design(module, "regions_small", lef, sizes)
     assert d.comp_key == fresh.comp_key and d.comp_master == fresh.comp_master
     assert d.comp_w == fresh.comp_w and d.comp_h == fresh.comp_h
     assert d.net_name == fresh.net_name and d.net_pins == fresh.net_pins
+    kept, made = PinTable.of(d), PinTable.of(fresh)
+    for name in ("start", "obj", "dx", "dy", "drives"):
+        assert np.array_equal(getattr(kept, name), getattr(made, name)), name
+    now = design_rules.sink_caps(d, caps)
+    assert np.array_equal(now, design_rules.sink_caps(fresh, caps)) and not np.array_equal(now, before)
     assert any(lef.masters[new].width_um != lef.masters[old].width_um for old, new in changed.values())
 
 
@@ -188,7 +197,7 @@ def test_rule_check_equals_the_loop_over_every_pin(placed):
     assert list(zip(pts.x.tolist(), pts.y.tolist())) == [pin_xy(d, fp, xs, ys, orient, p) for p in flat]
     caps = input_caps(pdk.plain_liberty("typical", placed / "pdk_cache").read_text())
     limits = output_limits(pdk.plain_liberty("slow", placed / "pdk_cache").read_text())
-    rc, dbu = RcModel.from_lef(_read_lefs(pdk)), _read_lefs(pdk).dbu
+    rc, dbu = RcModel.from_lef(read_lefs(pdk)), read_lefs(pdk).dbu
     for scale in (1.0, 0.2):
         cut = {k: v * scale for k, v in limits.items()}
         fast = design_rules.check(d, fp, xs, ys, orient, caps, cut, rc, dbu, {"clk"})

@@ -13,7 +13,7 @@ from flow.floorplan import (BALANCE, FIT_SLACK, adjacent, arrange, bipartition, 
                             region_floorplan)
 from flow.floorplan_out import draw_floorplan, floorplan_json
 from flow.macro_map import MACRO_KEEPOUT_UM, storage_lib
-from flow.place import _read_lefs
+from flow.place_out import read_lefs
 from flow.lefdef import DefRow
 from flow.place_flat import Floorplan, RowSpots, pack_shelves
 from flow.place_netlist import build_design, flatten
@@ -174,7 +174,7 @@ def small(tmp_path_factory):
     base = tmp_path_factory.mktemp("floorplan")
     s = synthesize(DATA / "regions_small", base / "synth")
     pdk = find_pdk()
-    lef = _read_lefs(pdk)
+    lef = read_lefs(pdk)
     cache = REPO / "build" / "pdk_cache"
     module = flatten(base / "synth" / s["files"]["sta_rtlil"], base / "synth" / s["files"]["macro_modules"], s["top"],
                      lef)

@@ -16,7 +16,8 @@ import pytest
 from flow import orfs, orfs_storage
 from flow.macro_map import lef_size, map_sram, storage_lib
 from flow.orfs_metrics import MetricsError, collect_metrics
-from flow.place import _read_lefs, build_design, flatten
+from flow.place import build_design, flatten
+from flow.place_out import read_lefs
 from flow.synth import synthesize
 from flow.toolchain import tool_env
 from pdk_config import find_pdk, pdk_from_env
@@ -438,7 +439,7 @@ def test_local_placement_maps_alike(storage, lib, tmp_path):
     pdk = find_pdk()
     synth = storage["root"] / "synth"
     files = storage["synth"]["files"]
-    lef = _read_lefs(pdk)
+    lef = read_lefs(pdk)
     module = flatten(synth / files["sta_rtlil"], synth / files["macro_modules"], "storage_mix", lef)
     d = build_design(module, "storage_mix", lef, lib)
     assert d.flop_srams == ["wide_sram"] and d.roms == ["big_rom"]       # paths as OpenSTA sees them

@@ -62,7 +62,8 @@ def test_shadow_measures_the_route_over_macros():
     # over the second macro's 20 um: the mean of the two
     h, v = shadow.over(0.0, 20.0, 420.0, 400.0)
     assert h == pytest.approx((220.0 + 20.0) / 2) and v == pytest.approx((380.0 + 0.0) / 2)
-    assert not shadow.touches(600.0, 600.0, 650.0, 650.0) and shadow.touches(0.0, 0.0, 150.0, 10.0)
+    assert shadow.over(0.0, 20.0, 420.0, 400.0, shadow.near(0.0, 20.0, 420.0, 400.0)) == (h, v)
+    assert not shadow.near(600.0, 600.0, 650.0, 650.0) and shadow.near(0.0, 0.0, 150.0, 10.0)
 
 
 def test_branch_over_a_macro_takes_the_upper_layer_resistance():

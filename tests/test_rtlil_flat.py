@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from flow.place import _read_lefs, flatten
+from flow.place import flatten
+from flow.place_out import read_lefs
 from flow.rtlil_flat import RtlilError, flatten_rtlil, read_rtlil
 from flow.synth import synthesize
 from pdk_config import find_pdk
@@ -121,7 +122,7 @@ def test_synthesised_design_equals_yosys(tmp_path):
     pdk = find_pdk()
     theirs = _yosys_flat(il, s["top"], macros.read_text(), tmp_path,
                          pdk.plain_liberty("typical", REPO / "build" / "pdk_cache"))
-    mine = flatten(il, macros, s["top"], _read_lefs(pdk))
+    mine = flatten(il, macros, s["top"], read_lefs(pdk))
     assert len(mine["cells"]) > 1000
     assert any(c["type"].startswith("msh_sram_") for c in mine["cells"].values())
     assert _used(mine) == _used(theirs)
