@@ -237,8 +237,8 @@ def signoff(place_dir: Path, synth: Path, out: Path, period_ns: float | None = N
             placed = write_deferred(place_dir)      # (a --defer-outputs placement has not written them yet)
         except PlaceError as e:
             raise SignoffError(str(e)) from None
-    netlist, spef = (Path(electrical[k]) if k in electrical else place_dir / placed["files"][k] for k in ("netlist", "spef"))
-    netlist, spef = netlist.resolve(), spef.resolve()
+    netlist, spef = ((Path(electrical[k]) if k in electrical else place_dir / placed["files"][k]).resolve()
+                     for k in ("netlist", "spef"))
     timing["electrical_s"] = time.monotonic() - t
 
     t = time.monotonic()

@@ -13,6 +13,7 @@ from flow.lefdef import DefRow, Layer, Lef
 from flow.place import place
 from flow.place_flat import Floorplan
 from flow.place_netlist import Design, PlaceError
+from flow.place_out import DEFERRED
 from flow.relegalize import relegalize
 from flow.resize import LOAD_PER_DRIVE_FF, bigger, parse_stages, size_ladders
 from flow.signoff import HOLD_UNCERTAINTY_NS, SETUP_UNCERTAINTY_NS, signoff
@@ -137,6 +138,23 @@ def test_signoff_at_10ns_meets_every_check(placed):
     assert netlist.count(f"{hold.HOLD_BUFFER} hold_buf_") == r["hold_repair"]["buffers_added"]
     assert r["routing_demand"]["gcells"] > 0 and 0 < r["routing_demand"]["peak_demand_over_capacity"]
     assert (placed / "signoff" / "rudy.png").stat().st_size > 0
+
+
+def test_signoff_of_a_placement_that_deferred_its_files(placed, tmp_path):
+    """make demo's placement (--no-sta --defer-outputs) writes no netlist or SPEF: sign-off reads its state,
+    and, when the electrical repair leaves nothing to write, the placement's files, which it has written
+    first. The verdict and slacks are those of the same placement with its files."""
+    later = place(placed / "synth", tmp_path / "place", utilization=0.6, effort=1, jobs=1, picture=False, sta=False,
+                  outputs=False)
+    assert "spef" not in later["files"]
+    r = signoff(tmp_path / "place", placed / "synth", tmp_path / "signoff", period_ns=10.0)
+    ref = signoff(placed / "place", placed / "synth", tmp_path / "reference", period_ns=10.0)
+    assert r["signed_off"] and ref["signed_off"]
+    for corner, v in ref["corners"].items():
+        assert r["corners"][corner]["wns_ns"] == pytest.approx(v["wns_ns"], abs=1e-4), corner
+    written = json.loads((tmp_path / "place" / "place.json").read_text())
+    repaired = "cells_moved" in r["electrical_repair"]           # (it wrote its own netlist and SPEF)
+    assert repaired != written[DEFERRED]["written"]
 
 
 def test_sizing_at_a_tight_clock_improves_slack_and_sign_off_agrees(placed):
