@@ -193,6 +193,13 @@ def spef_escape(name: str, flat: bool = False, bus: bool = True) -> str:
     return "/".join(out)
 
 
+def _flat_pin(node: str) -> str:
+    """``inst:pin`` of a flat netlist as SPEF: each part one escaped identifier (``spef_escape(part, flat=True,
+    bus=False)``, inlined: a nano SPEF has six million of them)."""
+    inst, pin = node.rsplit(":", 1)
+    return _esc(inst) + ":" + _esc(pin)
+
+
 def spef_header(design: str) -> str:
     return (f'*SPEF "IEEE 1481-1998"\n*DESIGN "{design}"\n*DATE "-"\n*VENDOR "nano-K3"\n'
             f'*PROGRAM "flow.parasitics"\n*VERSION "1"\n*DESIGN_FLOW "PIN_CAP NONE"\n*DIVIDER /\n*DELIMITER :\n'
@@ -219,16 +226,24 @@ def net_rc(net: NetPins, rc: RcModel, shadow: MacroShadow | None = None) -> tupl
     return length, cap, res
 
 
-def write_dnet(f: TextIO, net: NetPins, rc: RcModel, shadow: MacroShadow | None = None) -> tuple[float, float]:
+def write_dnet(f: TextIO, net: NetPins, rc: RcModel, flat: bool = False,
+               shadow: MacroShadow | None = None) -> tuple[float, float]:
     """One *D_NET: an internal node ``<net>:1`` at the driver, a branch to every pin OpenSTA knows (``nodes``
-    entries that are None, such as macro pins of the empty macro modules, count for the length only). The
-    name and nodes are SPEF text as they are (escaped names, or flow/place_out.py's *NAME_MAP references).
+    entries that are None, such as macro pins of the empty macro modules, count for the length only).
+    ``flat``: names are those of a flat netlist (flow/repair.py ``write_verilog``): a net that reaches a
+    port is named after the port bit, every other net and instance name is one escaped identifier.
     ``shadow``: the placed macros (``net_rc``). Returns (length um, capacitance fF)."""
     length, cap, res = net_rc(net, rc, shadow)
     seen = [i for i, nd in enumerate(net.nodes) if nd is not None]
     if not seen:
         return length, cap
-    name, nodes = net.name, net.nodes
+    if flat:
+        name = spef_escape(net.name, flat=True, bus=any(net.is_port))
+        nodes = {i: spef_escape(net.nodes[i], flat=True) if net.is_port[i] else _flat_pin(net.nodes[i]) for i in seen}
+    else:
+        name = spef_escape(net.name)
+        nodes = {i: spef_escape(net.nodes[i]) if net.is_port[i] else
+                 ":".join(spef_escape(part) for part in net.nodes[i].rsplit(":", 1)) for i in seen}
     center = f"{name}:1"
     per_node = cap / (len(seen) + 1)
     f.write(f"*D_NET {name} {cap:.5f}\n*CONN\n")

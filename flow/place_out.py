@@ -22,8 +22,7 @@ import numpy as np
 from flow.fork import ForkError, beside
 from flow.cli import collector_paused, report_stage
 from flow.lefdef import DefComponent, DefPin, Lef, LefError, read_lef, write_def
-from flow.parasitics import (MacroShadow, NetPins, macro_rects, RcModel, spef_escape, spef_header, steiner_factor,
-                             write_dnet)
+from flow.parasitics import MacroShadow, NetPins, macro_rects, RcModel, spef_header, steiner_factor, write_dnet
 from flow.place_flat import Floorplan, PinPoints
 from flow.place_netlist import Design, PlaceError, progress, write_placed_netlist
 from pdk_config import PdkError, find_pdk
@@ -50,32 +49,16 @@ def read_lefs(pdk) -> Lef:
 
 def _spef_nets(path: Path, d: Design, at: PinPoints, rc: RcModel, shadow: MacroShadow, dbu: int, nets: range,
                mode: str = "w") -> None:
-    """The *D_NETs of ``nets`` into ``path``, named by the *NAME_MAP of ``_spef_name_map``: a standard cell's
-    pin ``*<cell index + 1>:<pin>``, net k ``*<components + k + 1>``, ports by their names."""
+    """The *D_NETs of ``nets`` into ``path``."""
     lo, hi = at.start[nets.start], at.start[nets.stop]
     ux, uy = (at.x[lo:hi] / dbu).tolist(), (at.y[lo:hi] / dbu).tolist()
     start = (at.start[nets.start:nets.stop + 1] - lo).tolist()
-    base = len(d.comp_name) + 1
     with open(path, mode) as f:
         for k, n in enumerate(nets):
             pins = d.net_pins[n]
             px, py = ux[start[k]:start[k + 1]], uy[start[k]:start[k + 1]]
-            nodes = [None if p[4] is None else spef_escape(p[4], flat=True) if p[0] < 0 else f"*{p[0] + 1}:{p[1]}"
-                     for p in pins]
-            net = NetPins(f"*{base + n}", nodes, [p[0] < 0 for p in pins], [p[5] for p in pins], px, py)
-            write_dnet(f, net, rc, shadow=shadow)
-
-
-def _spef_name_map(d: Design, at: PinPoints) -> str:
-    """The SPEF's *NAME_MAP: every standard cell and net of ``d`` by index (``_spef_nets``), so that the
-    *D_NETs name each once: a third less to write and for OpenSTA to read than the nano chip's full names."""
-    port_net = np.logical_or.reduceat(at.obj < 0, at.start[:-1]) if len(at.obj) else np.zeros(0, bool)
-    base = len(d.comp_name) + 1
-    return "".join(["*NAME_MAP\n",
-                    *(f"*{i + 1} {spef_escape(name, flat=True, bus=False)}\n"
-                      for i, name in enumerate(d.comp_name[:d.n_std])),
-                    *(f"*{base + k} {spef_escape(name, flat=True, bus=bool(port))}\n"
-                      for k, (name, port) in enumerate(zip(d.net_name, port_net.tolist()))), "\n"])
+            net = NetPins(d.net_name[n], [p[4] for p in pins], [p[0] < 0 for p in pins], [p[5] for p in pins], px, py)
+            write_dnet(f, net, rc, flat=True, shadow=shadow)
 
 
 def _write_def(d: Design, fp: Floorplan, xs, ys, orient, stage: Path, dbu: int) -> None:
@@ -126,7 +109,7 @@ def write_outputs(d: Design, fp: Floorplan, lef: Lef, xs, ys, orient, stage: Pat
     parts = [stage / f"{d.top}.spef.part{k}" for k in range(1, SPEF_WRITERS)]
     sides = [beside(_spef_nets, part, d, at, rc, shadow, dbu, range(cuts[k], cuts[k + 1]),
                     copies=copies_of(d) // SPEF_WRITERS) for k, part in enumerate(parts, 1)]
-    spef.write_text(spef_header(d.top) + _spef_name_map(d, at))
+    spef.write_text(spef_header(d.top))
     _spef_nets(spef, d, at, rc, shadow, dbu, range(cuts[0], cuts[1]), "a")
     if with_def:
         _write_def(d, fp, xs, ys, orient, stage, dbu)

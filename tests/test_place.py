@@ -1,7 +1,6 @@
 """flow.place on the small MAC design: a legal placed DEF, parasitics, post-placement timing, GDS, PNG."""
 import json
 import random
-import re
 from pathlib import Path
 
 import pytest
@@ -83,12 +82,7 @@ def test_parasitics_and_post_placement_timing(placed):
     base, _, r = placed
     spef = (base / "place" / "mac_sram.spef").read_text()
     assert spef.startswith("*SPEF") and spef.count("*D_NET") > 1000
-    # the flat netlist's names, each once in the name map; the nets and pins by their index (OpenSTA warns of a
-    # name it does not find: the log check below)
-    names = dict(ln.split(" ", 1) for ln in spef[spef.index("*NAME_MAP\n") + 10:spef.index("\n\n*D_NET")].splitlines())
-    assert "lane0\\/prod\\[3\\]" in names.values() or any(v.startswith("lane0\\/") for v in names.values())
-    refs = set(re.findall(r"^\*D_NET (\*\d+) ", spef, re.M) + re.findall(r"^\*I (\*\d+):", spef, re.M))
-    assert len(refs) > 1000 and refs <= set(names)
+    assert "*D_NET lane0\\/prod\\[3\\]" in spef or "*I lane0\\/" in spef     # the flat netlist's names
     sta = json.loads((base / "place" / "sta" / "sta.json").read_text())
     assert set(sta["corners"]) == set(r["sta"]) == {"slow", "typical", "fast"}
     assert sta["constraints"]["parasitics"] and sta["constraints"]["wire_load"] is None
