@@ -18,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-from flow.report import load
+from flow.report import CHAIN, FLOW_MINUTES_GOAL, flow_seconds, load
 from flow.report_signoff import priced_mm2
 from flow.report_summary import K3_TOKENS_PER_S, fmt, placed_corners, placed_text, summary
 from flow.runlog import runtime_text
@@ -214,6 +214,17 @@ def _blocks(build: Path, stages: dict) -> str | None:
             + f" (`{b.get('command', 'make blocks')}`; the table: `{_shown(build, str(Path(stages['blocks']['path']).with_suffix('.md')))}`)")
 
 
+def _chain(stages: dict) -> str | None:
+    """Synthesis through sign-off: the wall clock of the three steps (their own ``runtime_s``, as the report's
+    Flow runtime adds them up) against the 30-minute goal."""
+    data = [stages[k]["data"] for k in CHAIN]
+    if any(d is None or d.get("runtime_s") is None for d in data):
+        return None
+    total = flow_seconds(data)
+    return (f"{total:,.0f} s ({total / 60:.1f} min), {'within' if total <= FLOW_MINUTES_GOAL * 60 else 'over'} the "
+            f"{FLOW_MINUTES_GOAL}-minute goal: " + ", ".join(f"{k} {d['runtime_s']:,.0f} s" for k, d in zip(CHAIN, data)))
+
+
 def render(build: Path) -> str:
     """The Markdown block between BEGIN and END (without them)."""
     b = read_build(build)
@@ -230,6 +241,7 @@ def render(build: Path) -> str:
         ("timing before placement", "sta", _pre_timing(stages)),
         ("placement", "place", _placement(s, stages)),
         ("sign-off", "signoff", _signoff(stages)),
+        ("synthesis through sign-off", "signoff", _chain(stages)),
         ("engines one by one", "blocks", _blocks(build, stages)),
         ("`make demo` step times", "runtime", runtime and runtime_text(runtime)),
     ]

@@ -79,7 +79,8 @@ def test_empty_build_says_what_to_run(tmp_path):
     assert "No RTL in `build/rtl` (`make rtl` emits it)" in block
     for name, make in (("correctness", "make sim"), ("speed", "make bench"), ("area (synthesis)", "make synth"),
                        ("timing before placement", "make sta"), ("placement", "make place"),
-                       ("sign-off", "make signoff"), ("engines one by one", "make blocks"),
+                       ("sign-off", "make signoff"), ("synthesis through sign-off", "make signoff"),
+                       ("engines one by one", "make blocks"),
                        ("`make demo` step times", "make demo")):
         assert f"not run: `{make}` writes it" in _row(block, name), name
     assert not any(ch.isdigit() for line in block.splitlines()[2:] for ch in line.split("|")[2]), block
@@ -111,6 +112,15 @@ def test_every_number_comes_from_the_files(tmp_path):
     assert "rtl 1:01" in _row(block, "`make demo` step times")
     assert "sta 6:56 beside place 34:32" in _row(block, "`make demo` step times")
     assert "stale" not in block and "Warning" not in block
+
+
+def test_synthesis_through_signoff_adds_the_three_steps(tmp_path):
+    timed = {**FILES, "synth/synth.json": {**FILES["synth/synth.json"], "runtime_s": 505.0},
+             "place/place.json": {**FILES["place/place.json"], "runtime_s": 435.0},
+             "signoff/signoff.json": {**FILES["signoff/signoff.json"], "runtime_s": 826.0}}
+    row = _row(render(_build(tmp_path, timed)), "synthesis through sign-off")
+    assert "1,766 s (29.4 min), within the 30-minute goal: synth 505 s, place 435 s, signoff 826 s" in row
+    assert "not measured in this file" in _row(render(_build(tmp_path / "b", FILES)), "synthesis through sign-off")
 
 
 def test_stale_and_unreadable_results_are_marked(tmp_path):
