@@ -128,12 +128,10 @@ class Design:
     macro_pins: dict = field(default_factory=dict)
 
     # Arrays derived from net_pins and comp_master (flow/place_flat.py PinTable, flow/design_rules.py sink
-    # capacitances), kept until one of them changes: who edits those in place updates or drops these.
+    # capacitances), kept until one of them changes: who edits those in place updates these
+    # (flow/electrical.py resize_in_place).
     def derived(self) -> dict:
         return self.__dict__.setdefault("_derived", {})
-
-    def pins_changed(self) -> None:
-        self.__dict__.pop("_derived", None)
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
