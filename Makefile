@@ -22,6 +22,7 @@ PLACE_CMD   = $(PY) -m flow.place --synth $(BUILD)/synth --out $(BUILD)/place
 SIGNOFF_CMD = $(PY) -m flow.signoff --place $(BUILD)/place --synth $(BUILD)/synth --out $(BUILD)/signoff
 # make demo places without the post-placement STA (and writes the placement's files with it, after sign-off)
 PLACE_STA_CMD = $(PY) -m flow.sta --synth $(BUILD)/synth --place $(BUILD)/place --jobs 1
+BOUNDARIES_CMD = $(PY) -m flow.boundaries --place $(BUILD)/place
 REPORT_CMD  = $(PY) -m flow.report --build $(BUILD) --out $(BUILD)/report
 
 # Steps that need the PDK check it first, so a bad NANGATE45_PDK stops them before any work.
@@ -75,14 +76,16 @@ readme: $(STAMP)
 # placement before repair) run side by side after sign-off, one OpenSTA each: beside the chain they took a core
 # from it (the nano sign-off: 1,282 s beside the placement's STA in a fresh clone's make demo, about 1,000 s
 # alone). The placement writes only the state sign-off reads (--defer-outputs); its netlist, DEF, SPEF and
-# pictures are written by the placement's STA step, which reads them (about 2 minutes of the nano chain).
+# pictures are written by the placement's STA step, which reads them (about 2 minutes of the nano chain). Then
+# flow.boundaries counts the nets between regions that are not registered on both sides (for the report).
 # Each step's output goes to $(LOGS)/<step>.log while the terminal shows one status line
 # (flow/runlog.py); then the closing summary with each step's wall time and where the report is.
 demo: STA_JOBS = 1
 demo: pdk
 	@$(PY) -m flow.runlog --logs $(LOGS) --step rtl "$(RTL_CMD)" --step sim "$(SIM_CMD)" \
 	  --step synth "$(SYNTH_CMD)" --step place "$(PLACE_CMD) --no-sta --defer-outputs" --step signoff "$(SIGNOFF_CMD)" \
-	  --step sta "$(STA_CMD)" --beside place_sta "$(PLACE_STA_CMD)" --step report "$(REPORT_CMD)"
+	  --step sta "$(STA_CMD)" --beside place_sta "$(PLACE_STA_CMD)" \
+	  --step boundaries "$(BOUNDARIES_CMD)" --step report "$(REPORT_CMD)"
 	@echo; echo "make demo: summary"
 	@$(PY) -m flow.report --build $(BUILD) --out $(BUILD)/report --brief --runtime $(LOGS)/runtime.json
 
@@ -111,6 +114,7 @@ blocks: $(STAMP)
 
 place: synth
 	$(PLACE_CMD)
+	$(BOUNDARIES_CMD)
 
 # Timing repair (sizing, hold buffers) on `make place`'s placement, then sign-off STA at every corner
 # (flow/signoff.py). It does not re-run placement: it stops with what to run when build/place is missing.

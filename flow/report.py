@@ -23,6 +23,8 @@ import json
 import sys
 from pathlib import Path
 
+from flow.boundaries import COMMAND as BOUNDARIES_COMMAND
+from flow.boundaries import md_boundaries
 from flow.report_dse import md_dse
 from flow.report_figures import CHIP_SIM_COMMAND, atomic, fig_area, fig_bits, fig_slack, fig_tokens
 from flow.place_out import DEFERRED
@@ -52,6 +54,8 @@ STAGES = {
     "signoff": ("signoff/signoff.json", SIGNOFF_COMMAND, ("top", "corners", "signed_off", "std_cell_area_um2")),
     "generate": ("generate/generate.json", "make generate", ("texts", "perplexity")),
     "power": ("power/power.json", "make power", ("total_mW", "engines", "scope")),
+    "boundaries": ("place/boundaries.json", BOUNDARIES_COMMAND.format(place="{build}/place"),
+                   ("pairs", "unregistered", "registers_to_add")),
 }
 FLOW_MINUTES_GOAL = 30       # synthesis through sign-off of the chip on 2 cores (issue 17 point 6)
 
@@ -338,7 +342,7 @@ def _md_place(stages: dict, figs: list[dict]) -> list[str]:
     md += [f"`{p['top']}`: die {fmt(p['die_mm2'], '.4f')} mm², utilization {fmt(p['utilization'], '.3f')}, "
            f"{fmt(p['cells_placed'], ',')} cells and {fmt(p['macros_placed'], ',')} macros placed, "
            f"HPWL {fmt(p['hpwl_um'], ',.0f')} µm.", ""]
-    return md + _embed(figs, "placement")
+    return md + _embed(figs, "placement") + md_boundaries(stages["boundaries"]["data"], stages["boundaries"]["command"])
 
 
 def _md_blocks(stages: dict) -> list[str]:

@@ -172,7 +172,7 @@ def test_sizing_at_a_tight_clock_improves_slack_and_sign_off_agrees(placed):
 def test_boundaries_flags_logic_on_either_side_of_a_crossing():
     """Region a: flip-flop fa -> net n1 -> region b flip-flop fb (registered); a's NAND g -> n2 -> b's
     flip-flop (logic out); a's flip-flop -> n3 -> b's NAND h (logic in); a buffer between is transparent."""
-    from flow.boundaries import classify
+    from flow.boundaries import classify, md_boundaries
     names = ["fa", "g", "fb", "h", "buf", "fc"]
     masters = ["DFF_X1", "NAND2_X1", "DFF_X1", "NAND2_X1", "BUF_X1", "DFF_X1"]
     groups = ["a", "a", "b", "b", "a", "b"]
@@ -188,6 +188,23 @@ def test_boundaries_flags_logic_on_either_side_of_a_crossing():
     assert (pair["from"], pair["to"], pair["nets"]) == ("a", "b", 3)
     assert (pair["logic_out"], pair["logic_in"], r["unregistered"]) == (1, 1, 2)
     assert sorted(pair["examples"]) == ["n2", "n3"]
+    assert sorted(pair["buses"]) == [["n2", 1], ["n3", 1]]
+    assert r["registers_to_add"] == 2              # a flip-flop after g (n2 leaves logic), one before h (n3)
+    md = "\n".join(md_boundaries(r, "cmd"))
+    assert "| a | b | 3 | 2 | 1 | 1 | `n2` 1, `n3` 1 |" in md and "would add 2 flip-flops" in md
+    assert "Not measured: `cmd`" in "\n".join(md_boundaries(None, "cmd"))
+
+
+def test_boundaries_names_a_bus_by_the_signal_behind_its_buffers():
+    """A bit of bus v leaves logic g of region a through a buffer (in a) into NAND h of region b: the bus is v."""
+    from flow.boundaries import classify
+    names, masters, groups = ["g", "buf", "h"], ["NAND2_X1", "BUF_X4", "NAND2_X1"], ["a", "a", "b"]
+    pin = lambda i, p, drv: (i, p, 0, 0, f"{names[i]}:{p}", drv)          # noqa: E731
+    nets = [[pin(0, "ZN", True), pin(1, "A", False)], [pin(1, "Z", True), pin(2, "A1", False)]]
+    d = Design("t", comp_name=names, comp_master=masters, comp_group=groups, comp_w=[1] * 3, comp_h=[1] * 3,
+               n_std=3, net_name=["v[7]", "repair_net_1"], net_pins=nets)
+    (pair,) = classify(d)["pairs"]
+    assert pair["buses"] == [["v", 1]] and pair["examples"] == ["repair_net_1"]
 
 
 ISOLATION_REPORT = """\
