@@ -27,7 +27,7 @@ REPORT_CMD  = $(PY) -m flow.report --build $(BUILD) --out $(BUILD)/report
 
 # Steps that need the PDK check it first, so a bad NANGATE45_PDK stops them before any work.
 .PHONY: setup pdk doctor rtl lint sim generate synth sta report readme demo test blocks place signoff pnr bench gatesim \
-        power dse dse-validate test-nano clean
+        power equiv dse dse-validate test-nano clean
 
 setup: $(STAMP)
 
@@ -123,6 +123,13 @@ signoff: $(STAMP)
 
 pnr: synth
 	$(PY) -m flow.orfs --synth $(BUILD)/synth --rtl $(BUILD)/rtl --out $(BUILD)/orfs --run
+
+# Formal equivalence (verification/equiv.py): each engine of EQUIV_BLOCKS emitted at EQUIV_PRESET, synthesised,
+# and proven equal to its RTL by Yosys (equiv_make, equiv_induct); build/equiv/equiv.json says which are proven.
+EQUIV_PRESET ?= tiny
+EQUIV_BLOCKS ?= mem_engine
+equiv: pdk
+	$(PY) -m verification.equiv --blocks $(EQUIV_BLOCKS) --preset $(EQUIV_PRESET) --out $(BUILD)/equiv
 
 # Design-space exploration on Ray Tune (flow/dse): TRIALS different points of DSE_PRESET's space in build/dse
 # (results.sqlite, pareto.png, front.md); run again to resume an interrupted sweep or to add trials.

@@ -26,6 +26,7 @@ from pathlib import Path
 from flow.boundaries import COMMAND as BOUNDARIES_COMMAND
 from flow.boundaries import md_boundaries
 from flow.report_dse import md_dse
+from verification.equiv import md_equiv
 from flow.report_figures import CHIP_SIM_COMMAND, atomic, fig_area, fig_bits, fig_slack, fig_tokens
 from flow.place_out import DEFERRED
 from flow.report_layout import fig_layout, fig_placement
@@ -54,6 +55,7 @@ STAGES = {
     "signoff": ("signoff/signoff.json", SIGNOFF_COMMAND, ("top", "corners", "signed_off", "std_cell_area_um2")),
     "generate": ("generate/generate.json", "make generate", ("texts", "perplexity")),
     "power": ("power/power.json", "make power", ("total_mW", "engines", "scope")),
+    "equiv": ("equiv/equiv.json", "make equiv", ("blocks",)),
     "boundaries": ("place/boundaries.json", BOUNDARIES_COMMAND.format(place="{build}/place"),
                    ("pairs", "unregistered", "registers_to_add")),
 }
@@ -414,7 +416,8 @@ def markdown(stages: dict, figs: list[dict]) -> str:
     md += _embed(figs, "speed")
     md += _md_size(stages, figs) + _md_timing(stages, figs) + _md_place(stages, figs)
     md += md_signoff(stages, lambda section: _embed(figs, section)) + _md_runtime(stages)
-    md += md_power(stages, lambda section: _embed(figs, section))
+    md += md_power(stages, lambda section: _embed(figs, section)) + md_equiv(stages["equiv"]["data"],
+                                                                               stages["equiv"]["command"])
     md += _md_blocks(stages) + _md_orfs(stages) + _md_generate(stages)
     return "\n".join(md) + "\n"
 

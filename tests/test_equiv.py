@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from verification.equiv import EquivError, check
+from verification.equiv import EquivError, check, main, md_equiv
 
 RTL = """module acc(input clk, input rst, input [1:0] d, input e, output reg [1:0] q);
   always @(posedge clk) if (rst) q <= 2'b0; else if (e) q <= q ^ d;
@@ -30,11 +30,11 @@ def _netlist(bit1: str) -> str:
             + _bit(0, "XOR2_X1") + _bit(1, bit1) + "endmodule\n")
 
 
-def _synth(tmp_path, name: str, netlist: str):
-    rtl = tmp_path / "rtl"
-    rtl.mkdir(exist_ok=True)
-    (rtl / "acc.v").write_text(RTL)
-    (rtl / "filelist.f").write_text("rtl/acc.v\n")
+def _synth(tmp_path, name: str, netlist: str, rtl_text: str = RTL):
+    rtl = tmp_path / f"rtl-{name}"
+    rtl.mkdir()
+    (rtl / "acc.v").write_text(rtl_text)
+    (rtl / "filelist.f").write_text(f"{rtl.name}/acc.v\n")
     synth = tmp_path / name
     synth.mkdir()
     (synth / "acc.v").write_text(netlist)
@@ -48,8 +48,45 @@ def test_right_netlist_is_proven_wrong_one_is_not(tmp_path):
     assert right["status"] == "proven" and right["equiv_unproven"] == 0 and right["equiv_cells"] > 0, right
     wrong = check(_synth(tmp_path, "wrong", _netlist("OR2_X1")), tmp_path / "out-wrong", timeout_s=120)
     assert wrong["status"] == "unproven" and wrong["equiv_unproven"] > 0 and not wrong["proven"], wrong
+    md = "\n".join(md_equiv({"blocks": [right, wrong], "command": "python -m verification.equiv ..."}, "make equiv"))
+    n = right["equiv_cells"]
+    assert f"| acc | proven | {n:,} / {n:,} |" in md and f"| acc | unproven | {wrong['equiv_proven']:,} / " in md
+    assert "Not run: `make equiv`" in "\n".join(md_equiv(None, "make equiv"))
+
+
+def test_blocks_mode_refuses_the_chip_and_unknown_blocks(tmp_path, capsys):
+    assert main(["--blocks", "chip", "nonesuch", "--out", str(tmp_path)]) == 1
+    assert "unknown or chip-level blocks ['chip', 'nonesuch']" in capsys.readouterr().err
 
 
 def test_missing_synthesis_is_named(tmp_path):
     with pytest.raises(EquivError, match="synth.json not found: synthesise first"):
         check(tmp_path / "nothing", tmp_path / "out", timeout_s=10)
+
+
+# Synthesis keeps an RTL intermediate's name ($-named, as Amaranth writes them) on a different signal, and merges
+# two registers that always load the same value into one: the proof must not pair the first, and must see the
+# second (the gold RTL goes through Yosys's opt like the netlist did).
+MERGED_RTL = """module acc(input clk, input [1:0] d, output o, output p, output n);
+  reg q1, q2, r;
+  wire \\$1 = d[0] & d[1];
+  always @(posedge clk) begin q1 <= \\$1 ; q2 <= \\$1 ; r <= q2; end
+  assign o = q1;
+  assign p = r;
+  assign n = ~q1;
+endmodule
+"""
+MERGED_NETLIST = """module acc(clk, d, o, p, n);
+  input clk; input [1:0] d; output o; output p; output n;
+  wire \\$1 ; wire a;
+  AND2_X1 g (.A1(d[0]), .A2(d[1]), .ZN(a));
+  DFF_X1 f (.D(a), .CK(clk), .Q(o), .QN(\\$1 ));
+  DFF_X1 h (.D(o), .CK(clk), .Q(p), .QN());
+  BUF_X1 b (.A(\\$1 ), .Z(n));
+endmodule
+"""
+
+
+def test_merged_registers_and_reused_internal_names_still_prove(tmp_path):
+    rec = check(_synth(tmp_path, "merged", MERGED_NETLIST, MERGED_RTL), tmp_path / "out", timeout_s=120)
+    assert rec["status"] == "proven" and rec["equiv_unproven"] == 0, rec

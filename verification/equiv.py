@@ -1,16 +1,23 @@
 """Formal equivalence of a block's RTL and its synthesised Nangate45 netlist, with Yosys's equiv passes.
 
-    python -m verification.equiv --synth build/synth-dm [--synth ...] [--timeout 600] [--out build/equiv]
+    python -m verification.equiv --synth build/synth-dm [--synth ...] [--timeout 1800] [--out build/equiv]
+    python -m verification.equiv --blocks mem_engine [...] [--preset tiny] [--out build/equiv]   (make equiv)
 
 Gold is the RTL flow.synth read (its filelist); gate is the netlist with every cell replaced by its model from
-the liberty (flow.cell_models), both flattened. ``msh_sram`` / ``msh_rom`` stay black boxes in both (flow.synth's ``macro_stubs.v``) (their
-behaviour is the simulation's and the macros' business), so their outputs are free inputs and their
-instances are matched by name. ``equiv_make`` pairs the signals both designs name alike (the ports, and the
-registers, whose RTL names synthesis keeps on their Q nets); ``equiv_simple -seq`` proves pairs by SAT over a
-few cycles of their input cones; ``equiv_induct`` proves the rest by induction over the pairs together; a
-block is **proven** when no equivalence cell is left unproven. A block whose proof does not finish in
-``--timeout`` seconds (wide multipliers are hard for SAT) or leaves pairs unproven is reported as such: it is
-then only simulated (verification.gatesim).
+the liberty (flow.cell_models), both flattened. ``msh_sram`` / ``msh_rom`` stay black boxes in both (flow.synth's
+``macro_stubs.v``: their behaviour is the simulation's and the macros' business), so their outputs are free
+inputs and their instances are matched by name. ``equiv_make`` pairs the signals both designs name alike: the
+ports, and the registers, whose RTL names synthesis keeps on their Q nets. Two things synthesis does would
+break that pairing, and both designs are prepared for them: the RTL's intermediate wires are named ``$...``
+(Amaranth's names) and the netlist may keep such a name on a different signal, so every ``$`` name is made
+private on both sides (``rename -hide``) and only real names pair; and synthesis merges registers that always
+load the same value and drops constant ones, so the gold RTL first goes through Yosys's ``opt`` (which does
+the same, and keeps the behaviour) so that no register is left without its partner. ``equiv_induct`` then
+proves every pair at once by induction over one step (all pairs equal now, so equal one cycle later; and
+equal in the first cycle). A block is **proven** when no pair is left unproven. A block whose proof does not
+finish in ``--timeout`` seconds (wide multipliers are hard for SAT) or leaves pairs unproven is reported as
+such: it is then only simulated (verification.gatesim). With ``--blocks``, each engine is first emitted at
+``--preset`` (rtl_gen) and synthesised (flow.synth) under ``--out``.
 
 Each proof runs Yosys (pyosys) in its own process, with its address space capped (``MEMORY_LIMIT``) so a hard
 proof cannot starve the machine; the results go to ``<out>/equiv.json`` and one log per block.
@@ -31,7 +38,7 @@ from flow.cell_models import ensure_models
 
 REPO = Path(__file__).resolve().parent.parent
 MEMORY_LIMIT = 3 << 30          # bytes of address space per Yosys proof
-SEQ = 2                         # cycles equiv_simple looks back
+SEQ = 1                         # time steps of equiv_induct: registers pair by name, so one step closes
 _STATUS = re.compile(r"Found (\d+) \$equiv cells in \S+:\s*\n\s*Of those cells (\d+) are proven and (\d+) are "
                      r"unproven", re.M)
 
@@ -44,12 +51,13 @@ def yosys_script(rtl_files: list[Path], netlist: Path, cells: Path, top: str, ma
     rtl = " ".join(map(str, rtl_files))
     return [
         f"read_verilog -lib {macros}", f"read_verilog -sv {rtl}", f"hierarchy -top {top}", "proc", "flatten",
-        "opt_clean", "rename -top gold", "design -stash gold",
+        "opt", "rename -hide w:$*", "opt_clean", "rename -top gold", "design -stash gold",
         f"read_verilog -lib {macros}", f"read_verilog -sv {cells}", f"read_verilog {netlist}",
-        f"hierarchy -top {top}", "proc", "flatten", "opt_clean", "rename -top gate", "design -stash gate",
+        f"hierarchy -top {top}", "proc", "flatten", "rename -hide w:$*", "opt_clean", "rename -top gate",
+        "design -stash gate",
         "design -copy-from gold -as gold gold", "design -copy-from gate -as gate gate",
-        "equiv_make gold gate equiv", "hierarchy -top equiv", "async2sync", f"equiv_simple -seq {SEQ}",
-        "equiv_induct", "equiv_status",
+        "equiv_make gold gate equiv", "hierarchy -top equiv", "async2sync", f"equiv_induct -seq {SEQ}",
+        "equiv_status",
     ]
 
 
@@ -117,27 +125,69 @@ def check(synth_dir: Path, out: Path, timeout_s: float, cell_models: Path = CELL
             "equiv_cells": total, "equiv_proven": proven, "equiv_unproven": unproven}
 
 
+def md_equiv(r: dict | None, command: str) -> list[str]:
+    """The report's section: each block's verdict, its equivalences proven and its time."""
+    md = ["## Formal equivalence of RTL and netlist", ""]
+    if r is None:
+        return md + [f"Not run: `{command}` proves the engines it names (Yosys `equiv_make` + `equiv_induct`).", ""]
+    md += [f"`{r.get('command', command)}`" + (f" (preset {r['preset']})" if r.get("preset") else "") + ": a block is "
+           "proven when every signal pair is; the others are only simulated at gate level.", "",
+           "| block | verdict | equivalences proven | seconds |", "|---|---|---:|---:|"]
+    for b in r["blocks"]:
+        pairs = f"{b['equiv_proven']:,} / {b['equiv_cells']:,}" if "equiv_cells" in b else b.get("error") or \
+            f"stopped in `{b.get('stopped_in')}`"
+        md.append(f"| {b['block']} | {b['status']} | {pairs} | {b['seconds']:,.0f} |")
+    return md + [""]
+
+
+def synthesise_blocks(blocks: list[str], preset_name: str, out: Path) -> list[Path]:
+    """Each engine of ``blocks`` emitted at ``preset_name`` into ``<out>/<block>/rtl`` and synthesised into
+    ``<out>/<block>/synth`` (flow.synth, its part cache beside it); returns the synthesis folders."""
+    from flow.synth import synthesize
+    from hw.params import preset
+    from rtl_gen import BLOCKS, emit
+    bad = [b for b in blocks if b not in BLOCKS or b == "chip"]
+    if bad:
+        raise EquivError(f"unknown or chip-level blocks {bad}: the proof runs per engine, one of "
+                         f"{sorted(b for b in BLOCKS if b != 'chip')}")
+    params, folders = preset(preset_name), []
+    for b in blocks:
+        print(f"{b}: emitting ({preset_name}) and synthesising ...", flush=True)
+        emit(b, out / b / "rtl", params)
+        synthesize(out / b / "rtl", out / b / "synth", jobs=1)
+        folders.append(out / b / "synth")
+    return folders
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m verification.equiv", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--synth", type=Path, action="append", required=True, help="flow.synth folder (repeatable)")
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--synth", type=Path, action="append", help="flow.synth folder (repeatable)")
+    src.add_argument("--blocks", nargs="+", help="engines (rtl_gen blocks) to emit, synthesise and prove")
+    ap.add_argument("--preset", default="tiny", help="chip preset of --blocks (default tiny)")
     ap.add_argument("--out", type=Path, default=REPO / "build" / "equiv")
-    ap.add_argument("--timeout", type=float, default=600.0, help="seconds per block before it counts as not proven")
+    ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per block before it counts as not proven")
     args = ap.parse_args(argv)
     if args.timeout <= 0:
         ap.error(f"--timeout must be positive seconds, got {args.timeout}")
     records = []
-    for synth in args.synth:
-        try:
+    try:
+        folders = args.synth or synthesise_blocks(args.blocks, args.preset, args.out.resolve())
+        for synth in folders:
             rec = check(synth, args.out, args.timeout)
-        except EquivError as e:
-            print(f"verification.equiv: error: {e}", file=sys.stderr)
-            return 1
-        records.append(rec)
-        detail = (f"{rec['equiv_proven']}/{rec['equiv_cells']} equivalences proven" if "equiv_cells" in rec
-                  else rec.get("error") or f"stopped in {rec.get('stopped_in')}")
-        print(f"{rec['block']}: {rec['status']} ({detail}; {rec['seconds']} s; log {rec['log']})", flush=True)
+            records.append(rec)
+            detail = (f"{rec['equiv_proven']}/{rec['equiv_cells']} equivalences proven" if "equiv_cells" in rec
+                      else rec.get("error") or f"stopped in {rec.get('stopped_in')}")
+            print(f"{rec['block']}: {rec['status']} ({detail}; {rec['seconds']} s; log {rec['log']})", flush=True)
+    except EquivError as e:
+        print(f"verification.equiv: error: {e}", file=sys.stderr)
+        return 1
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "equiv.json").write_text(json.dumps({"blocks": records}, indent=1) + "\n")
+    rec = {"blocks": records, "preset": args.preset if args.blocks else None, "timeout_s": args.timeout,
+           "command": "python -m verification.equiv " + " ".join(argv if argv is not None else sys.argv[1:])}
+    tmp = args.out / "equiv.json.tmp"
+    tmp.write_text(json.dumps(rec, indent=1) + "\n")
+    tmp.replace(args.out / "equiv.json")
     proven = [r["block"] for r in records if r["proven"]]
     print(f"proven: {', '.join(proven) or 'none'}; only simulated: "
           f"{', '.join(r['block'] for r in records if not r['proven']) or 'none'}")
