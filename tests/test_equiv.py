@@ -30,7 +30,7 @@ def _netlist(bit1: str) -> str:
             + _bit(0, "XOR2_X1") + _bit(1, bit1) + "endmodule\n")
 
 
-def _synth(tmp_path, name: str, netlist: str, rtl_text: str = RTL):
+def _synth(tmp_path, name: str, netlist: str, rtl_text: str = RTL, stubs: str = ""):
     rtl = tmp_path / f"rtl-{name}"
     rtl.mkdir()
     (rtl / "acc.v").write_text(rtl_text)
@@ -38,7 +38,7 @@ def _synth(tmp_path, name: str, netlist: str, rtl_text: str = RTL):
     synth = tmp_path / name
     synth.mkdir()
     (synth / "acc.v").write_text(netlist)
-    (synth / "macro_stubs.v").write_text("")
+    (synth / "macro_stubs.v").write_text(stubs)
     (synth / "synth.json").write_text(json.dumps({"top": "acc", "rtl": {"dir": str(rtl)}, "files": {"netlist": "acc.v"}}))
     return synth
 
@@ -90,3 +90,40 @@ endmodule
 def test_merged_registers_and_reused_internal_names_still_prove(tmp_path):
     rec = check(_synth(tmp_path, "merged", MERGED_NETLIST, MERGED_RTL), tmp_path / "out", timeout_s=120)
     assert rec["status"] == "proven" and rec["equiv_unproven"] == 0, rec
+
+
+# A ROM black box (flow.synth's stub) read at q: the proof shares its read data between the two designs and
+# checks the address each sends it; a netlist that reads the ROM at ~q instead is not proven.
+ROM_STUB = """(* blackbox *)
+module msh_rom #(parameter DEPTH = 16, parameter WIDTH = 8, parameter ADDRW = $clog2(DEPTH), parameter INIT_FILE = "") (
+    input [ADDRW-1:0] raddr1, output [WIDTH-1:0] rdata1, input [ADDRW-1:0] raddr2, output [WIDTH-1:0] rdata2);
+endmodule
+"""
+ROM_RTL = """module acc(input clk, input d, output o);
+  reg q;
+  wire [7:0] r;
+  msh_rom #(.DEPTH(2), .WIDTH(8), .ADDRW(1)) rom (.raddr1(q), .rdata1(r), .raddr2(1'b0), .rdata2());
+  always @(posedge clk) q <= d;
+  assign o = r[3] ^ q;
+endmodule
+"""
+
+
+def _rom_netlist(addr: str) -> str:
+    return f"""module acc(clk, d, o);
+  input clk; input d; output o;
+  wire q, qn, zero; wire [7:0] r;
+  DFF_X1 f (.D(d), .CK(clk), .Q(q), .QN(qn));
+  LOGIC0_X1 t (.Z(zero));
+  msh_rom #(.DEPTH(2), .WIDTH(8), .ADDRW(1)) rom (.raddr1({addr}), .rdata1(r), .raddr2(zero), .rdata2());
+  XOR2_X1 x (.A(r[3]), .B(q), .Z(o));
+endmodule
+"""
+
+
+def test_a_rom_black_box_is_cut_out_and_its_address_checked(tmp_path):
+    right = check(_synth(tmp_path, "rom", _rom_netlist("q"), ROM_RTL, ROM_STUB), tmp_path / "out", timeout_s=120)
+    assert right["status"] == "proven" and right["equiv_unproven"] == 0, right
+    wrong = check(_synth(tmp_path, "rom-wrong", _rom_netlist("qn"), ROM_RTL, ROM_STUB), tmp_path / "out-w",
+                  timeout_s=120)
+    assert wrong["status"] == "unproven" and wrong["equiv_unproven"] > 0, wrong

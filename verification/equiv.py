@@ -4,9 +4,11 @@
     python -m verification.equiv --blocks mem_engine [...] [--preset tiny] [--out build/equiv]   (make equiv)
 
 Gold is the RTL flow.synth read (its filelist); gate is the netlist with every cell replaced by its model from
-the liberty (flow.cell_models), both flattened. ``msh_sram`` / ``msh_rom`` stay black boxes in both (flow.synth's
-``macro_stubs.v``: their behaviour is the simulation's and the macros' business), so their outputs are free
-inputs and their instances are matched by name. ``equiv_make`` pairs the signals both designs name alike: the
+the liberty (flow.cell_models), both flattened. ``msh_sram`` / ``msh_rom`` are black boxes in both (flow.synth's
+``macro_stubs.v``: their behaviour is the simulation's and the macros' business) and are cut out
+(``expose -evert``): each pin of an instance becomes a port named after the instance and pin, the same in both
+designs, so the read data are inputs both share and the addresses, write data and enables are outputs that
+must be equal. ``equiv_make`` pairs the signals both designs name alike: the
 ports, and the registers, whose RTL names synthesis keeps on their Q nets. Two things synthesis does would
 break that pairing, and both designs are prepared for them: the RTL's intermediate wires are named ``$...``
 (Amaranth's names) and the netlist may keep such a name on a different signal, so every ``$`` name is made
@@ -38,6 +40,7 @@ from flow.cell_models import ensure_models
 
 REPO = Path(__file__).resolve().parent.parent
 MEMORY_LIMIT = 3 << 30          # bytes of address space per Yosys proof
+CUT_MACROS = "expose -evert t:msh_rom t:msh_sram"       # macro pins become ports of the same names in both
 SEQ = 1                         # time steps of equiv_induct: registers pair by name, so one step closes
 _STATUS = re.compile(r"Found (\d+) \$equiv cells in \S+:\s*\n\s*Of those cells (\d+) are proven and (\d+) are "
                      r"unproven", re.M)
@@ -51,9 +54,9 @@ def yosys_script(rtl_files: list[Path], netlist: Path, cells: Path, top: str, ma
     rtl = " ".join(map(str, rtl_files))
     return [
         f"read_verilog -lib {macros}", f"read_verilog -sv {rtl}", f"hierarchy -top {top}", "proc", "flatten",
-        "opt", "rename -hide w:$*", "opt_clean", "rename -top gold", "design -stash gold",
+        "opt", "rename -hide w:$*", "opt_clean", CUT_MACROS, "rename -top gold", "design -stash gold",
         f"read_verilog -lib {macros}", f"read_verilog -sv {cells}", f"read_verilog {netlist}",
-        f"hierarchy -top {top}", "proc", "flatten", "rename -hide w:$*", "opt_clean", "rename -top gate",
+        f"hierarchy -top {top}", "proc", "flatten", "rename -hide w:$*", "opt_clean", CUT_MACROS, "rename -top gate",
         "design -stash gate",
         "design -copy-from gold -as gold gold", "design -copy-from gate -as gate gate",
         "equiv_make gold gate equiv", "hierarchy -top equiv", "async2sync", f"equiv_induct -seq {SEQ}",
