@@ -213,7 +213,8 @@ def test_make_demo_runs_the_chain_alone_then_the_diagnostics():
     """The steps of `make demo` (make -n): one flow.runlog call, no sub-make (which re-ran synthesis and printed
     its summary a second time); synthesis, placement without its own STA and its files (only the state sign-off
     reads) and sign-off each alone; then the synthesis STA beside the placement's STA (which writes the
-    placement's files first), one OpenSTA each; the summary with the runtime record."""
+    placement's files first), one OpenSTA each; the nets between regions (flow.boundaries); the summary with
+    the runtime record."""
     repo = Path(__file__).resolve().parents[1]
     plan = subprocess.run(["make", "-n", "--no-print-directory", "demo", "BLOCK=dequant_mac", "BUILD=/tmp/b"],
                           cwd=repo, capture_output=True, text=True, check=True).stdout
@@ -222,9 +223,11 @@ def test_make_demo_runs_the_chain_alone_then_the_diagnostics():
     steps = [(args[i], args[i + 1], args[i + 2].split()[2]) for i, a in enumerate(args) if a in ("--step", "--beside")]
     assert [(kind, name) for kind, name, _ in steps] == [
         ("--step", "rtl"), ("--step", "sim"), ("--step", "synth"), ("--step", "place"), ("--step", "signoff"),
-        ("--step", "sta"), ("--beside", "place_sta"), ("--step", "report")]
+        ("--step", "sta"), ("--beside", "place_sta"), ("--step", "boundaries"), ("--step", "report")]
     assert [module for *_, module in steps] == ["rtl_gen", "verification.sim", "flow.synth", "flow.place",
-                                                "flow.signoff", "flow.sta", "flow.sta", "flow.report"]
+                                                "flow.signoff", "flow.sta", "flow.sta", "flow.boundaries",
+                                                "flow.report"]
+    assert "--place /tmp/b/place" in args[args.index("boundaries") + 1]
     assert "--jobs 1" in args[args.index("sta") + 1]
     assert args[args.index("place") + 1].endswith(" --no-sta --defer-outputs")
     assert "--place /tmp/b/place --jobs 1" in args[args.index("place_sta") + 1]
