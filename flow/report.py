@@ -26,7 +26,6 @@ from pathlib import Path
 from flow.boundaries import COMMAND as BOUNDARIES_COMMAND
 from flow.boundaries import md_boundaries
 from flow.report_dse import md_dse
-from verification.equiv import md_equiv
 from flow.report_figures import CHIP_SIM_COMMAND, atomic, fig_area, fig_bits, fig_slack, fig_tokens
 from flow.place_out import DEFERRED
 from flow.report_layout import fig_layout, fig_placement
@@ -35,6 +34,7 @@ from flow.report_power import fig_power_by_engine, md_power
 from flow.report_summary import (ARGMAX_GATE, COSINE_GATE, K3_TOKENS_PER_S, PORT_LIMIT_TOKENS_PER_S,
                                  READ_ROOFLINE_TOKENS_PER_S, brief, fmt, passed, placed_corners, placed_text,
                                  placement, summary)
+from verification.equiv import md_equiv
 
 # stage -> (file under the build folder, the command that produces it, top-level keys the report reads).
 # A producer that records its own "command" in the file is quoted by that instead.
