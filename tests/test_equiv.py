@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from verification.equiv import EquivError, check, main, md_equiv
+from verification.equiv import EquivError, check, dollar_registers, jobs_of, main, md_equiv
 
 RTL = """module acc(input clk, input rst, input [1:0] d, input e, output reg [1:0] q);
   always @(posedge clk) if (rst) q <= 2'b0; else if (e) q <= q ^ d;
@@ -30,7 +30,7 @@ def _netlist(bit1: str) -> str:
             + _bit(0, "XOR2_X1") + _bit(1, bit1) + "endmodule\n")
 
 
-def _synth(tmp_path, name: str, netlist: str, rtl_text: str = RTL, stubs: str = ""):
+def _job(tmp_path, name: str, netlist: str, rtl_text: str = RTL, stubs: str = ""):
     rtl = tmp_path / f"rtl-{name}"
     rtl.mkdir()
     (rtl / "acc.v").write_text(rtl_text)
@@ -40,13 +40,14 @@ def _synth(tmp_path, name: str, netlist: str, rtl_text: str = RTL, stubs: str = 
     (synth / "acc.v").write_text(netlist)
     (synth / "macro_stubs.v").write_text(stubs)
     (synth / "synth.json").write_text(json.dumps({"top": "acc", "rtl": {"dir": str(rtl)}, "files": {"netlist": "acc.v"}}))
-    return synth
+    [job] = jobs_of(synth)
+    return job
 
 
 def test_right_netlist_is_proven_wrong_one_is_not(tmp_path):
-    right = check(_synth(tmp_path, "right", _netlist("XOR2_X1")), tmp_path / "out-right", timeout_s=120)
+    right = check(_job(tmp_path, "right", _netlist("XOR2_X1")), tmp_path / "out-right", timeout_s=120)
     assert right["status"] == "proven" and right["equiv_unproven"] == 0 and right["equiv_cells"] > 0, right
-    wrong = check(_synth(tmp_path, "wrong", _netlist("OR2_X1")), tmp_path / "out-wrong", timeout_s=120)
+    wrong = check(_job(tmp_path, "wrong", _netlist("OR2_X1")), tmp_path / "out-wrong", timeout_s=120)
     assert wrong["status"] == "unproven" and wrong["equiv_unproven"] > 0 and not wrong["proven"], wrong
     md = "\n".join(md_equiv({"blocks": [right, wrong], "command": "python -m verification.equiv ..."}, "make equiv"))
     n = right["equiv_cells"]
@@ -61,7 +62,7 @@ def test_blocks_mode_refuses_the_chip_and_unknown_blocks(tmp_path, capsys):
 
 def test_missing_synthesis_is_named(tmp_path):
     with pytest.raises(EquivError, match="synth.json not found: synthesise first"):
-        check(tmp_path / "nothing", tmp_path / "out", timeout_s=10)
+        jobs_of(tmp_path / "nothing")
 
 
 # Synthesis keeps an RTL intermediate's name ($-named, as Amaranth writes them) on a different signal, and merges
@@ -88,7 +89,7 @@ endmodule
 
 
 def test_merged_registers_and_reused_internal_names_still_prove(tmp_path):
-    rec = check(_synth(tmp_path, "merged", MERGED_NETLIST, MERGED_RTL), tmp_path / "out", timeout_s=120)
+    rec = check(_job(tmp_path, "merged", MERGED_NETLIST, MERGED_RTL), tmp_path / "out", timeout_s=120)
     assert rec["status"] == "proven" and rec["equiv_unproven"] == 0, rec
 
 
@@ -122,8 +123,95 @@ endmodule
 
 
 def test_a_rom_black_box_is_cut_out_and_its_address_checked(tmp_path):
-    right = check(_synth(tmp_path, "rom", _rom_netlist("q"), ROM_RTL, ROM_STUB), tmp_path / "out", timeout_s=120)
+    right = check(_job(tmp_path, "rom", _rom_netlist("q"), ROM_RTL, ROM_STUB), tmp_path / "out", timeout_s=120)
     assert right["status"] == "proven" and right["equiv_unproven"] == 0, right
-    wrong = check(_synth(tmp_path, "rom-wrong", _rom_netlist("qn"), ROM_RTL, ROM_STUB), tmp_path / "out-w",
+    wrong = check(_job(tmp_path, "rom-wrong", _rom_netlist("qn"), ROM_RTL, ROM_STUB), tmp_path / "out-w",
                   timeout_s=120)
+    assert wrong["status"] == "unproven" and wrong["equiv_unproven"] > 0, wrong
+
+
+# Amaranth names some registers with a `$` (`$signal`) and synthesis keeps the name on the register's Q net: such
+# a register must stay paired (hidden like the other `$` names, it would be free state and the induction fails).
+DOLLAR_RTL = """module acc(input clk, input d, output o);
+  reg \\$signal ; reg q;
+  always @(posedge clk) \\$signal  <= d;
+  always @(posedge clk) q <= q ^ \\$signal ;
+  assign o = q;
+endmodule
+"""
+DOLLAR_NETLIST = """module acc(clk, d, o);
+  input clk; input d; output o;
+  wire \\$signal ; wire x;
+  DFF_X1 s (.D(d), .CK(clk), .Q(\\$signal ), .QN());
+  XOR2_X1 g (.A(o), .B(\\$signal ), .Z(x));
+  DFF_X1 f (.D(x), .CK(clk), .Q(o), .QN());
+endmodule
+"""
+
+
+def test_a_dollar_named_register_pairs(tmp_path, monkeypatch):
+    assert dollar_registers(DOLLAR_RTL, "acc") == ["$signal"]
+    rec = check(_job(tmp_path, "dollar", DOLLAR_NETLIST, DOLLAR_RTL), tmp_path / "out", timeout_s=120)
+    assert rec["status"] == "proven" and rec["equiv_unproven"] == 0, rec
+    monkeypatch.setattr("verification.equiv.dollar_registers", lambda text, top: [])
+    hidden = check(_job(tmp_path, "dollar-hidden", DOLLAR_NETLIST, DOLLAR_RTL), tmp_path / "out-h", timeout_s=120)
+    assert hidden["status"] == "unproven" and hidden["equiv_unproven"] > 0, hidden
+
+
+# A synthesis mapped in parts (flow.synth's part cache): the top part instantiates the other as a black box,
+# which is cut out of its proof (the value it is given is checked) and proven as its own job.
+CHILD_RTL = "module \\top.child (input clk, input d, output reg q);\n  always @(posedge clk) q <= ~d;\nendmodule\n"
+CHILD_NETLIST = """module \\top.child (clk, d, q);
+  input clk; input d; output q; wire n;
+  INV_X1 i (.A(d), .ZN(n));
+  DFF_X1 f (.D(n), .CK(clk), .Q(q), .QN());
+endmodule
+"""
+TOP_RTL = """module top(input clk, input [1:0] d, output o);
+  wire a;
+  \\top.child c (.clk(clk), .d(d[0] & d[1]), .q(a));
+  assign o = a ^ d[0];
+endmodule
+module \\top.child (clk, d, q);
+  input clk; input d; output q;
+endmodule
+"""
+
+
+def _top_netlist(gate: str) -> str:
+    pins = "ZN" if gate != "XOR2_X1" else "Z"
+    return f"""module top(clk, d, o);
+  input clk; input [1:0] d; output o; wire n, a;
+  {gate} g (.A1(d[0]), .A2(d[1]), .{pins}(n));
+  \\top.child c (.clk(clk), .d(n), .q(a));
+  XOR2_X1 x (.A(a), .B(d[0]), .Z(o));
+endmodule
+"""
+
+
+def _parts(tmp_path, name: str, top_netlist: str):
+    synth, cache = tmp_path / name, tmp_path / f"{name}_cache"
+    for digest, rtl, netlist in (("t", TOP_RTL, top_netlist), ("c", CHILD_RTL, CHILD_NETLIST)):
+        (cache / digest).mkdir(parents=True)
+        (cache / digest / "source.v").write_text(rtl)
+        (cache / digest / "netlist.v").write_text(netlist)
+    synth.mkdir()
+    (synth / "macro_stubs.v").write_text("")
+    parts = [{"top": "top", "black_boxes": ["top.child"], "digest": "t", "size_estimate": 20},
+             {"top": "top.child", "black_boxes": [], "digest": "c", "size_estimate": 5}]
+    (synth / "synth.json").write_text(json.dumps({"top": "top", "parts": parts, "part_cache": str(cache)}))
+    return synth
+
+
+def test_parts_are_proven_one_by_one_with_the_others_cut_out(tmp_path, capsys):
+    synth = _parts(tmp_path, "right", _top_netlist("AND2_X1"))
+    assert [j.top for j in jobs_of(synth)] == ["top.child", "top"]
+    assert [j.top for j in jobs_of(synth, ["child"])] == ["top.child"]
+    with pytest.raises(EquivError, match=r"\['core.mac'\]: no such part .* its parts: \['top.child', 'top'\]"):
+        jobs_of(synth, ["core.mac"])
+    assert main(["--synth", str(synth), "--out", str(tmp_path / "out"), "--timeout", "120"]) == 0
+    r = json.loads((tmp_path / "out" / "equiv.json").read_text())
+    assert [(b["block"], b["status"]) for b in r["blocks"]] == [("top.child", "proven"), ("top", "proven")], r
+    assert "proven: top.child, top; only simulated: none" in capsys.readouterr().out
+    wrong = check(jobs_of(_parts(tmp_path, "wrong", _top_netlist("OR2_X1")), ["top"])[0], tmp_path / "w", 120)
     assert wrong["status"] == "unproven" and wrong["equiv_unproven"] > 0, wrong

@@ -33,6 +33,7 @@ import resource
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from flow.cell_models import DEFAULT_OUT as CELL_MODELS_OUT
@@ -50,13 +51,44 @@ class EquivError(RuntimeError):
     """The check cannot start (missing synthesis or RTL); the message says what to run."""
 
 
-def yosys_script(rtl_files: list[Path], netlist: Path, cells: Path, top: str, macros: Path) -> list[str]:
-    rtl = " ".join(map(str, rtl_files))
+@dataclass(frozen=True)
+class Job:
+    """One proof: the RTL module ``top`` (``gold``: Verilog files) against its netlist. ``boxes`` are other
+    parts of the same synthesis that ``top`` instantiates: black boxes on both sides (their port declarations
+    in ``box_stubs``), cut out like the macros, each proven as its own job."""
+    top: str
+    gold: tuple[Path, ...]
+    netlist: Path
+    macro_stubs: Path
+    boxes: tuple[str, ...] = ()
+    box_stubs: str = ""
+
+
+def _module_text(text: str, name: str) -> str:
+    """The Verilog of module ``name`` in ``text`` (escaped or plain identifier), '' when absent."""
+    m = re.search(r"^module (?:\\)?" + re.escape(name) + r"[\s(;]", text, re.M)
+    return text[m.start():text.index("endmodule", m.start()) + len("endmodule")] if m else ""
+
+
+def dollar_registers(gold_text: str, top: str) -> list[str]:
+    """The registers of module ``top`` whose names start with ``$`` (Amaranth names some, e.g. ``$signal``): the
+    netlist keeps them on the registers' Q nets, so they stay public and pair; every other ``$`` name is hidden."""
+    body = _module_text(gold_text, top)
+    return sorted(set(re.findall(r"always @\(posedge [^)]*\)\s*\\(\$\S+)\s*(?:\[[^\]]*\]\s*)?<=", body)))
+
+
+def yosys_script(job: Job, cells: Path, keep: list[str], stubs: Path | None) -> list[str]:
+    """Gold and gate prepared alike (module docstring), paired by name and proven by induction."""
+    rtl = " ".join(map(str, job.gold))
+    hide = "rename -hide w:$*" + "".join(f" w:{n} %d" for n in keep)
+    cut = CUT_MACROS + "".join(f" t:{b}" for b in job.boxes)
+    boxes = [f"blackbox {' '.join(job.boxes)}"] if job.boxes else []
+    box_lib = [f"read_verilog -lib {stubs}"] if stubs else []
     return [
-        f"read_verilog -lib {macros}", f"read_verilog -sv {rtl}", f"hierarchy -top {top}", "proc", "flatten",
-        "opt", "rename -hide w:$*", "opt_clean", CUT_MACROS, "rename -top gold", "design -stash gold",
-        f"read_verilog -lib {macros}", f"read_verilog -sv {cells}", f"read_verilog {netlist}",
-        f"hierarchy -top {top}", "proc", "flatten", "rename -hide w:$*", "opt_clean", CUT_MACROS, "rename -top gate",
+        f"read_verilog -lib {job.macro_stubs}", f"read_verilog -sv {rtl}", *boxes, f"hierarchy -top {job.top}",
+        "proc", "flatten", "opt", hide, "opt_clean", cut, "rename -top gold", "design -stash gold",
+        f"read_verilog -lib {job.macro_stubs}", *box_lib, f"read_verilog -sv {cells}", f"read_verilog {job.netlist}",
+        f"hierarchy -top {job.top}", "proc", "flatten", hide, "opt_clean", cut, "rename -top gate",
         "design -stash gate",
         "design -copy-from gold -as gold gold", "design -copy-from gate -as gate gate",
         "equiv_make gold gate equiv", "hierarchy -top equiv", "async2sync", f"equiv_induct -seq {SEQ}",
@@ -75,11 +107,8 @@ def _worker(script_json: str) -> None:
     print("@@DONE", flush=True)
 
 
-def rtl_of(synth_dir: Path) -> tuple[str, list[Path], Path, Path]:
-    synth_json = Path(synth_dir) / "synth.json"
-    if not synth_json.is_file():
-        raise EquivError(f"{synth_json} not found: synthesise first (python -m flow.synth --rtl <rtl> --out {synth_dir})")
-    r = json.loads(synth_json.read_text())
+def _whole(synth_dir: Path, r: dict) -> Job:
+    """The whole netlist against the RTL flow.synth read (its filelist): a synthesis without parts."""
     rtl_dir = Path(r["rtl"]["dir"])
     rtl_dir = rtl_dir if rtl_dir.is_absolute() else REPO / rtl_dir
     filelist = rtl_dir / "filelist.f"
@@ -87,21 +116,59 @@ def rtl_of(synth_dir: Path) -> tuple[str, list[Path], Path, Path]:
         raise EquivError(f"{filelist}, the RTL the netlist came from, is gone: emit it again (python -m rtl_gen)")
     files = [rtl_dir.parent / line.strip() if not Path(line.strip()).is_absolute() else Path(line.strip())
              for line in filelist.read_text().splitlines() if line.strip() and not line.startswith("#")]
-    return r["top"], files, Path(synth_dir) / r["files"]["netlist"], Path(synth_dir) / "macro_stubs.v"
+    return Job(r["top"], tuple(files), synth_dir / r["files"]["netlist"], synth_dir / "macro_stubs.v")
 
 
-def check(synth_dir: Path, out: Path, timeout_s: float, cell_models: Path = CELL_MODELS_OUT) -> dict:
-    """Prove one block (module docstring); returns its record: proven, equiv cells proven / unproven, time."""
-    top, files, netlist, stubs = rtl_of(synth_dir)
-    missing = [f for f in files if not f.is_file()]
+def _part(synth_dir: Path, cache: Path, part: dict) -> Job:
+    """One part of a synthesis from its part cache entry: the RTL it was mapped from and its netlist."""
+    folder = cache / part["digest"]
+    source, netlist = folder / "source.v", folder / "netlist.v"
+    if not (source.is_file() and netlist.is_file()):
+        raise EquivError(f"part {part['top']}: {folder} lacks source.v or netlist.v (the part cache was cleaned): "
+                         f"synthesise again (python -m flow.synth --out {synth_dir})")
+    boxes = tuple(part.get("black_boxes") or ())
+    text = source.read_text() if boxes else ""
+    return Job(part["top"], (source,), netlist, synth_dir / "macro_stubs.v", boxes,
+               "\n".join(_module_text(text, b) for b in boxes))
+
+
+def jobs_of(synth_dir: Path, only: list[str] | None = None) -> list[Job]:
+    """The proofs a flow.synth folder asks for: one per part (smallest first) when synthesis mapped the design
+    in parts, else the whole netlist. ``only`` keeps the parts whose module name is, or ends in ``.<name>``."""
+    synth_dir = Path(synth_dir)
+    synth_json = synth_dir / "synth.json"
+    if not synth_json.is_file():
+        raise EquivError(f"{synth_json} not found: synthesise first (python -m flow.synth --rtl <rtl> --out {synth_dir})")
+    r = json.loads(synth_json.read_text())
+    if not r.get("parts"):
+        jobs = [_whole(synth_dir, r)]
+    else:
+        parts = sorted(r["parts"], key=lambda p: p.get("size_estimate") or 0)
+        jobs = [_part(synth_dir, Path(r["part_cache"]), p) for p in parts]
+    if only:
+        unknown = [n for n in only if not any(j.top == n or j.top.endswith("." + n) for j in jobs)]
+        if unknown:
+            raise EquivError(f"{unknown}: no such part in {synth_json}; its parts: {[j.top for j in jobs]}")
+        jobs = [j for j in jobs if any(j.top == n or j.top.endswith("." + n) for n in only)]
+    return jobs
+
+
+def check(job: Job, out: Path, timeout_s: float, cell_models: Path = CELL_MODELS_OUT) -> dict:
+    """Prove one job (module docstring); returns its record: proven, equiv cells proven / unproven, time."""
+    missing = [f for f in (*job.gold, job.netlist) if not f.is_file()]
     if missing:
-        raise EquivError(f"RTL files of {top} not found: {missing}; emit the RTL again (python -m rtl_gen)")
+        raise EquivError(f"files of {job.top} not found: {missing}; emit the RTL and synthesise again")
     cells = ensure_models(Path(cell_models)).verilog
     out.mkdir(parents=True, exist_ok=True)
-    log = out / f"{top}.log"
-    script = yosys_script(files, netlist, cells, top, stubs)
+    log = out / f"{job.top}.log"
+    stubs = None
+    if job.boxes:
+        stubs = out / f"{job.top}.boxes.v"
+        stubs.write_text(job.box_stubs)
+    keep = dollar_registers("\n".join(f.read_text() for f in job.gold), job.top)
+    script = yosys_script(job, cells, keep, stubs)
     t0 = time.monotonic()
-    rec = {"block": top, "netlist": str(netlist), "log": str(log), "script": script}
+    rec = {"block": job.top, "netlist": str(job.netlist), "log": str(log), "script": script}
     try:
         proc = subprocess.run([sys.executable, "-c", f"from verification.equiv import _worker; _worker({json.dumps(json.dumps(script))})"],
                               capture_output=True, text=True, timeout=timeout_s, cwd=REPO)
@@ -118,6 +185,8 @@ def check(synth_dir: Path, out: Path, timeout_s: float, cell_models: Path = CELL
     rec["seconds"] = round(time.monotonic() - t0, 1)
     if "@@DONE" not in text or not (m or full):
         err = re.findall(r"^ERROR: (.*)$", text, re.M)
+        if not err and ("MemoryError" in text or "std::bad_alloc" in text):
+            err = [f"out of memory under the {MEMORY_LIMIT >> 30} GB cap (MEMORY_LIMIT)"]
         return {**rec, "status": "error", "proven": False, "error": err[-1] if err else f"exit {proc.returncode}"}
     if m:
         total, proven, unproven = map(int, m.groups())
@@ -167,21 +236,25 @@ def main(argv: list[str] | None = None) -> int:
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--synth", type=Path, action="append", help="flow.synth folder (repeatable)")
     src.add_argument("--blocks", nargs="+", help="engines (rtl_gen blocks) to emit, synthesise and prove")
+    ap.add_argument("--only", nargs="+", metavar="PART", help="prove only these parts (e.g. core.mem core.logits)")
     ap.add_argument("--preset", default="tiny", help="chip preset of --blocks (default tiny)")
     ap.add_argument("--out", type=Path, default=REPO / "build" / "equiv")
-    ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per block before it counts as not proven")
+    ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per proof before it counts as not proven")
     args = ap.parse_args(argv)
     if args.timeout <= 0:
         ap.error(f"--timeout must be positive seconds, got {args.timeout}")
     records = []
     try:
         folders = args.synth or synthesise_blocks(args.blocks, args.preset, args.out.resolve())
-        for synth in folders:
-            rec = check(synth, args.out, args.timeout)
+        jobs = [j for synth in folders for j in jobs_of(synth, args.only)]
+        for k, job in enumerate(jobs, 1):
+            print(f"[{k}/{len(jobs)}] {job.top}: proving (timeout {args.timeout:.0f} s) ...", flush=True)
+            rec = check(job, args.out, args.timeout)
             records.append(rec)
             detail = (f"{rec['equiv_proven']}/{rec['equiv_cells']} equivalences proven" if "equiv_cells" in rec
                       else rec.get("error") or f"stopped in {rec.get('stopped_in')}")
-            print(f"{rec['block']}: {rec['status']} ({detail}; {rec['seconds']} s; log {rec['log']})", flush=True)
+            print(f"[{k}/{len(jobs)}] {rec['block']}: {rec['status']} ({detail}; {rec['seconds']} s; log {rec['log']})",
+                  flush=True)
     except EquivError as e:
         print(f"verification.equiv: error: {e}", file=sys.stderr)
         return 1
