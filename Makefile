@@ -124,12 +124,15 @@ signoff: $(STAMP)
 pnr: synth
 	$(PY) -m flow.orfs --synth $(BUILD)/synth --rtl $(BUILD)/rtl --out $(BUILD)/orfs --run
 
-# Formal equivalence (verification/equiv.py): each engine of EQUIV_BLOCKS emitted at EQUIV_PRESET, synthesised,
-# and proven equal to its RTL by Yosys (equiv_make, equiv_induct); build/equiv/equiv.json says which are proven.
-EQUIV_PRESET ?= tiny
-EQUIV_BLOCKS ?= mem_engine
+# Formal equivalence (verification/equiv.py): each part of `make synth`'s netlist (the engines it mapped one by one,
+# the other parts cut out as black boxes) proven equal to its RTL by Yosys (equiv_make, equiv_induct), smallest
+# first; EQUIV_PARTS (e.g. "core.mem core.logits") limits it, EQUIV_TIMEOUT is the seconds per part.
+# build/equiv/equiv.json says which parts are proven and which are only simulated.
+EQUIV_PARTS   ?=
+EQUIV_TIMEOUT ?= 1800
 equiv: pdk
-	$(PY) -m verification.equiv --blocks $(EQUIV_BLOCKS) --preset $(EQUIV_PRESET) --out $(BUILD)/equiv
+	$(PY) -m verification.equiv --synth $(BUILD)/synth --out $(BUILD)/equiv --timeout $(EQUIV_TIMEOUT) \
+	  $(if $(EQUIV_PARTS),--only $(EQUIV_PARTS))
 
 # Design-space exploration on Ray Tune (flow/dse): TRIALS different points of DSE_PRESET's space in build/dse
 # (results.sqlite, pareto.png, front.md); run again to resume an interrupted sweep or to add trials.

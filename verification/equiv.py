@@ -43,6 +43,10 @@ REPO = Path(__file__).resolve().parent.parent
 MEMORY_LIMIT = 3 << 30          # bytes of address space per Yosys proof
 CUT_MACROS = "expose -evert t:msh_rom t:msh_sram"       # macro pins become ports of the same names in both
 SEQ = 1                         # time steps of equiv_induct: registers pair by name, so one step closes
+# The gold's flip-flops one bit each, then identical ones merged: synthesis merges bits of different registers
+# that always load the same value (s1_i0[8:4] and s1_i1[8:4] both hold `chunk`), which opt on whole registers misses
+MERGE_BITS = ("simplemap t:$*dff*", "opt_merge")
+SIMPLE_SEQ = 2                  # time steps equiv_simple looks back for what the induction left
 _STATUS = re.compile(r"Found (\d+) \$equiv cells in \S+:\s*\n\s*Of those cells (\d+) are proven and (\d+) are "
                      r"unproven", re.M)
 
@@ -64,35 +68,49 @@ class Job:
     box_stubs: str = ""
 
 
-def _module_text(text: str, name: str) -> str:
-    """The Verilog of module ``name`` in ``text`` (escaped or plain identifier), '' when absent."""
-    m = re.search(r"^module (?:\\)?" + re.escape(name) + r"[\s(;]", text, re.M)
-    return text[m.start():text.index("endmodule", m.start()) + len("endmodule")] if m else ""
+def _modules(verilog: str) -> dict[str, str]:
+    """Module name (without the escape) -> its text."""
+    heads = list(re.finditer(r"^module (?:\\(\S+)|([^\s(;]+))", verilog, re.M))
+    return {m.group(1) or m.group(2): verilog[m.start():heads[k + 1].start() if k + 1 < len(heads) else len(verilog)]
+            for k, m in enumerate(heads)}
 
 
-def dollar_registers(gold_text: str, top: str) -> list[str]:
-    """The registers of module ``top`` whose names start with ``$`` (Amaranth names some, e.g. ``$signal``): the
-    netlist keeps them on the registers' Q nets, so they stay public and pair; every other ``$`` name is hidden."""
-    body = _module_text(gold_text, top)
-    return sorted(set(re.findall(r"always @\(posedge [^)]*\)\s*\\(\$\S+)\s*(?:\[[^\]]*\]\s*)?<=", body)))
+def dollar_registers(netlist_text: str, gold_text: str) -> dict[str, list[str]]:
+    """Per module, the ``$`` names the netlist gives flip-flop outputs (``.Q`` pins) that the RTL's module of the
+    same name has too. Some are Amaranth's register names (``$signal``); others are an RTL wire synthesis found
+    equal to a register and named it after (``$28`` for ``sub``). Either way both designs have a signal of that
+    name with the same value: it is renamed ``reg$...`` on both sides (before ``flatten``, so that ``opt_clean``
+    keeps it in a submodule too) and pairs; every other ``$`` name is hidden."""
+    gold = _modules(gold_text)
+    out = {}
+    for module, body in _modules(netlist_text).items():
+        names = sorted(n for n in set(re.findall(r"\.Q\(\s*\\(\$\S+)", body))
+                       if re.search(r"\\" + re.escape(n) + r"\s", gold.get(module, "")))
+        if names:
+            out[module] = names
+    return out
 
 
-def yosys_script(job: Job, cells: Path, keep: list[str], stubs: Path | None) -> list[str]:
+def yosys_script(job: Job, cells: Path, keep: dict[str, list[str]], stubs: Path | None) -> list[str]:
     """Gold and gate prepared alike (module docstring), paired by name and proven by induction."""
     rtl = " ".join(map(str, job.gold))
-    hide = "rename -hide w:$*" + "".join(f" w:{n} %d" for n in keep)
+    keep_names = [cmd for module, names in keep.items()
+                  for cmd in (f"cd {module}", *(f"rename \\{n} \\reg{n}" for n in names), "cd")]
+    # the `$` names of the module and of its flattened submodules (`inst.$28`)
+    hide = "rename -hide w:$* w:*.$* %u"
     cut = CUT_MACROS + "".join(f" t:{b}" for b in job.boxes)
     boxes = [f"blackbox {' '.join(job.boxes)}"] if job.boxes else []
     box_lib = [f"read_verilog -lib {stubs}"] if stubs else []
     return [
         f"read_verilog -lib {job.macro_stubs}", f"read_verilog -sv {rtl}", *boxes, f"hierarchy -top {job.top}",
-        "proc", "flatten", "opt", hide, "opt_clean", cut, "rename -top gold", "design -stash gold",
+        *keep_names, "proc", "flatten", "opt", *MERGE_BITS, hide, "opt_clean", cut, "rename -top gold",
+        "design -stash gold",
         f"read_verilog -lib {job.macro_stubs}", *box_lib, f"read_verilog -sv {cells}", f"read_verilog {job.netlist}",
-        f"hierarchy -top {job.top}", "proc", "flatten", hide, "opt_clean", cut, "rename -top gate",
+        f"hierarchy -top {job.top}", *keep_names, "proc", "flatten", hide, "opt_clean", cut, "rename -top gate",
         "design -stash gate",
         "design -copy-from gold -as gold gold", "design -copy-from gate -as gate gate",
         "equiv_make gold gate equiv", "hierarchy -top equiv", "async2sync", f"equiv_induct -seq {SEQ}",
-        "equiv_status",
+        f"equiv_simple -seq {SIMPLE_SEQ}", "equiv_status",
     ]
 
 
@@ -127,9 +145,17 @@ def _part(synth_dir: Path, cache: Path, part: dict) -> Job:
         raise EquivError(f"part {part['top']}: {folder} lacks source.v or netlist.v (the part cache was cleaned): "
                          f"synthesise again (python -m flow.synth --out {synth_dir})")
     boxes = tuple(part.get("black_boxes") or ())
-    text = source.read_text() if boxes else ""
+    modules = _modules(source.read_text()) if boxes else {}
     return Job(part["top"], (source,), netlist, synth_dir / "macro_stubs.v", boxes,
-               "\n".join(_module_text(text, b) for b in boxes))
+               "".join(modules.get(b, "") for b in boxes))
+
+
+def _part_cache(synth_dir: Path, recorded: str) -> Path:
+    """The part cache synth.json names (relative to where synthesis ran: here, the repository, or beside the
+    synthesis folder, flow.synth's default)."""
+    path = Path(recorded)
+    tries = [path] if path.is_absolute() else [path, REPO / path, synth_dir.parent / path.name]
+    return next((t for t in tries if t.is_dir()), tries[-1])
 
 
 def jobs_of(synth_dir: Path, only: list[str] | None = None) -> list[Job]:
@@ -144,7 +170,7 @@ def jobs_of(synth_dir: Path, only: list[str] | None = None) -> list[Job]:
         jobs = [_whole(synth_dir, r)]
     else:
         parts = sorted(r["parts"], key=lambda p: p.get("size_estimate") or 0)
-        jobs = [_part(synth_dir, Path(r["part_cache"]), p) for p in parts]
+        jobs = [_part(synth_dir, _part_cache(synth_dir, r["part_cache"]), p) for p in parts]
     if only:
         unknown = [n for n in only if not any(j.top == n or j.top.endswith("." + n) for j in jobs)]
         if unknown:
@@ -165,7 +191,7 @@ def check(job: Job, out: Path, timeout_s: float, cell_models: Path = CELL_MODELS
     if job.boxes:
         stubs = out / f"{job.top}.boxes.v"
         stubs.write_text(job.box_stubs)
-    keep = dollar_registers("\n".join(f.read_text() for f in job.gold), job.top)
+    keep = dollar_registers(job.netlist.read_text(), "\n".join(f.read_text() for f in job.gold))
     script = yosys_script(job, cells, keep, stubs)
     t0 = time.monotonic()
     rec = {"block": job.top, "netlist": str(job.netlist), "log": str(log), "script": script}
