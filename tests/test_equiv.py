@@ -131,19 +131,21 @@ def test_a_rom_black_box_is_cut_out_and_its_address_checked(tmp_path):
 
 
 # Amaranth names some registers with a `$` (`$signal`) and synthesis keeps the name on the register's Q net: such
-# a register must stay paired (hidden like the other `$` names, it would be free state and the induction fails).
+# a register must stay paired (hidden like the other `$` names, this one, which holds its value under an enable,
+# would be free state: the induction fails, and no bounded look back reaches its value).
 # The MERGED netlist above puts an RTL `$` name on a QN pin instead: that one stays hidden.
-DOLLAR_RTL = """module acc(input clk, input d, output o);
+DOLLAR_RTL = """module acc(input clk, input d, input e, output o);
   reg \\$signal ; reg q;
-  always @(posedge clk) \\$signal  <= d;
+  always @(posedge clk) if (e) \\$signal  <= d;
   always @(posedge clk) q <= q ^ \\$signal ;
   assign o = q;
 endmodule
 """
-DOLLAR_NETLIST = """module acc(clk, d, o);
-  input clk; input d; output o;
-  wire \\$signal ; wire x;
-  DFF_X1 s (.D(d), .CK(clk), .Q(\\$signal ), .QN());
+DOLLAR_NETLIST = """module acc(clk, d, e, o);
+  input clk; input d; input e; output o;
+  wire \\$signal ; wire x, n;
+  MUX2_X1 m (.A(\\$signal ), .B(d), .S(e), .Z(n));
+  DFF_X1 s (.D(n), .CK(clk), .Q(\\$signal ), .QN());
   XOR2_X1 g (.A(o), .B(\\$signal ), .Z(x));
   DFF_X1 f (.D(x), .CK(clk), .Q(o), .QN());
 endmodule
@@ -217,3 +219,38 @@ def test_parts_are_proven_one_by_one_with_the_others_cut_out(tmp_path, capsys):
     assert "proven: top.child, top; only simulated: none" in capsys.readouterr().out
     wrong = check(jobs_of(_parts(tmp_path, "wrong", _top_netlist("OR2_X1")), ["top"])[0], tmp_path / "w", 120)
     assert wrong["status"] == "unproven" and wrong["equiv_unproven"] > 0, wrong
+
+
+# Synthesis merges single bits of different registers that always load the same value (`a[1]` and `b[1]` both
+# hold `c` under the same enable) and leaves the netlist's `b[1]` unconnected; the gold's registers are merged bit
+# by bit the same way (MERGE_BITS) so `b[1]` has a partner. Without that step it is free state and not proven.
+SHARED_RTL = """module acc(input clk, input e, input c, input [1:0] d, output [2:0] o, output p);
+  reg [1:0] a; reg [1:0] b; reg r;
+  always @(posedge clk) if (e) begin a <= {c, d[0]}; b <= {c, d[1]}; end
+  always @(posedge clk) r <= b[1] & d[0];
+  assign o = {b[0], a};
+  assign p = r;
+endmodule
+"""
+SHARED_NETLIST = """module acc(clk, e, c, d, o, p);
+  input clk; input e; input c; input [1:0] d; output [2:0] o; output p;
+  wire [1:0] a; wire [1:0] b; wire n0, n1, n2, n3;
+  MUX2_X1 m0 (.A(a[0]), .B(d[0]), .S(e), .Z(n0));
+  MUX2_X1 m1 (.A(a[1]), .B(c), .S(e), .Z(n1));
+  MUX2_X1 m2 (.A(b[0]), .B(d[1]), .S(e), .Z(n2));
+  AND2_X1 g (.A1(a[1]), .A2(d[0]), .ZN(n3));
+  DFF_X1 f0 (.D(n0), .CK(clk), .Q(a[0]), .QN());
+  DFF_X1 f1 (.D(n1), .CK(clk), .Q(a[1]), .QN());
+  DFF_X1 f2 (.D(n2), .CK(clk), .Q(b[0]), .QN());
+  DFF_X1 f3 (.D(n3), .CK(clk), .Q(p), .QN());
+  assign o = {b[0], a};
+endmodule
+"""
+
+
+def test_register_bits_merged_by_synthesis_pair(tmp_path, monkeypatch):
+    rec = check(_job(tmp_path, "shared", SHARED_NETLIST, SHARED_RTL), tmp_path / "out", timeout_s=120)
+    assert rec["status"] == "proven" and rec["equiv_unproven"] == 0, rec
+    monkeypatch.setattr("verification.equiv.MERGE_BITS", ())
+    whole = check(_job(tmp_path, "shared-whole", SHARED_NETLIST, SHARED_RTL), tmp_path / "out-w", timeout_s=120)
+    assert whole["status"] == "unproven" and whole["equiv_unproven"] > 0, whole

@@ -1,28 +1,39 @@
-"""Formal equivalence of a block's RTL and its synthesised Nangate45 netlist, with Yosys's equiv passes.
+"""Formal equivalence of RTL and its synthesised Nangate45 netlist, one synthesis part at a time, with Yosys's
+equiv passes.
 
-    python -m verification.equiv --synth build/synth-dm [--synth ...] [--timeout 1800] [--out build/equiv]
-    python -m verification.equiv --blocks mem_engine [...] [--preset tiny] [--out build/equiv]   (make equiv)
+    python -m verification.equiv --synth build/synth [--only core.mem ...] [--timeout 1800] [--out build/equiv]
+                                                                                                  (make equiv)
+    python -m verification.equiv --blocks mem_engine [...] [--preset tiny] [--out build/equiv]
 
-Gold is the RTL flow.synth read (its filelist); gate is the netlist with every cell replaced by its model from
-the liberty (flow.cell_models), both flattened. ``msh_sram`` / ``msh_rom`` are black boxes in both (flow.synth's
-``macro_stubs.v``: their behaviour is the simulation's and the macros' business) and are cut out
-(``expose -evert``): each pin of an instance becomes a port named after the instance and pin, the same in both
-designs, so the read data are inputs both share and the addresses, write data and enables are outputs that
-must be equal. ``equiv_make`` pairs the signals both designs name alike: the
-ports, and the registers, whose RTL names synthesis keeps on their Q nets. Two things synthesis does would
-break that pairing, and both designs are prepared for them: the RTL's intermediate wires are named ``$...``
-(Amaranth's names) and the netlist may keep such a name on a different signal, so every ``$`` name is made
-private on both sides (``rename -hide``) and only real names pair; and synthesis merges registers that always
-load the same value and drops constant ones, so the gold RTL first goes through Yosys's ``opt`` (which does
-the same, and keeps the behaviour) so that no register is left without its partner. ``equiv_induct`` then
-proves every pair at once by induction over one step (all pairs equal now, so equal one cycle later; and
-equal in the first cycle). A block is **proven** when no pair is left unproven. A block whose proof does not
-finish in ``--timeout`` seconds (wide multipliers are hard for SAT) or leaves pairs unproven is reported as
-such: it is then only simulated (verification.gatesim). With ``--blocks``, each engine is first emitted at
-``--preset`` (rtl_gen) and synthesised (flow.synth) under ``--out``.
+flow.synth maps a design in parts (an engine each, the rest of the chip as one more) and keeps each part's RTL
+text and netlist in its part cache; each part is one proof (``jobs_of``), the smallest first. Gold is the part's
+RTL; gate its netlist with every cell replaced by its model from the liberty (flow.cell_models), both flattened.
+``msh_sram`` / ``msh_rom`` (flow.synth's ``macro_stubs.v``) and the other parts a part instantiates are black
+boxes on both sides, cut out (``expose -evert``): each pin of an instance becomes a port named after the
+instance and pin, the same in both designs, so what they return is an input both share and what they are given
+(addresses, write data, enables, operands) are outputs that must be equal. A proof of every part is thus a
+proof of the whole netlist.
+
+``equiv_make`` pairs the signals both designs name alike: the ports, and the registers, whose RTL names
+synthesis keeps on their Q nets. What synthesis does to names and registers, and how both designs are prepared
+for it (tests/test_equiv.py has a case for each, proven with the step and not without it):
+- the RTL's intermediate wires are named ``$...`` (Amaranth's names) and the netlist keeps some of those names
+  on other signals, so ``$`` names are made private on both sides (``rename -hide``), in submodules too;
+- but a ``$`` name on a flip-flop's output is a register (Amaranth's ``$signal``) or an RTL wire synthesis found
+  equal to one (``$28`` for ``sub * 128``): those are renamed ``reg$...`` on both sides and pair
+  (``dollar_registers``);
+- synthesis merges registers, and single bits of registers, that always load the same value, and drops constant
+  ones: the gold goes through Yosys's ``opt`` and then has its flip-flops split into bits and merged
+  (``MERGE_BITS``), so that no register is left without a partner.
+``equiv_induct`` then proves every pair at once by induction over one step (all pairs equal now, so equal one
+cycle later), and ``equiv_simple`` looks two cycles back for what is left. A part is **proven** when no pair is
+left unproven; one whose proof does not finish in ``--timeout`` seconds (wide multipliers are hard for SAT) or
+leaves pairs unproven is reported as such: it is then only simulated (verification.gatesim). A synthesis without
+parts (tests' small netlists) is one proof of the whole netlist against the RTL of its filelist. With
+``--blocks``, each engine is first emitted at ``--preset`` (rtl_gen) and synthesised (flow.synth) under ``--out``.
 
 Each proof runs Yosys (pyosys) in its own process, with its address space capped (``MEMORY_LIMIT``) so a hard
-proof cannot starve the machine; the results go to ``<out>/equiv.json`` and one log per block.
+proof cannot starve the machine; the results go to ``<out>/equiv.json`` and one log per part.
 """
 from __future__ import annotations
 
