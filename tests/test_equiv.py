@@ -52,6 +52,7 @@ def test_right_netlist_is_proven_wrong_one_is_not(tmp_path):
     md = "\n".join(md_equiv({"blocks": [right, wrong], "command": "python -m verification.equiv ..."}, "make equiv"))
     n = right["equiv_cells"]
     assert f"| acc | proven | {n:,} / {n:,} |" in md and f"| acc | unproven | {wrong['equiv_proven']:,} / " in md
+    assert "**1 of 2 proven.**" in md
     assert "Not run: `make equiv`" in "\n".join(md_equiv(None, "make equiv"))
 
 
