@@ -33,6 +33,27 @@ PERIOD_NS = preset(PRESET).clock_ns     # its clock (hw.params.ChipParams.clock_
 ENGINES = sorted(b for b in BLOCKS if b != "chip")   # the chip itself is `make synth sta`
 
 
+def emit_and_synthesise(blocks: list[str], preset_name: str, out: Path, purpose: str) -> dict[str, Path]:
+    """Each engine of ``blocks`` emitted at ``preset_name`` into ``<out>/<block>/rtl`` (with the LUT ROMs its
+    ``msh_rom`` instances read) and synthesised into ``<out>/<block>/synth``; returns block -> synthesis folder.
+    A block that is not an engine raises ValueError naming the valid ones (``purpose`` says who asks)."""
+    from flow.synth import synthesize
+    from hw.roms import ROM_SUBDIR
+    from nano_k3.luts import write_roms
+    from rtl_gen import emit
+    bad = [b for b in blocks if b not in ENGINES]
+    if bad:
+        raise ValueError(f"unknown or chip-level blocks {bad}: {purpose} runs per engine, one of {ENGINES}")
+    params, out, folders = preset(preset_name), Path(out).resolve(), {}
+    for b in blocks:
+        print(f"{b}: emitting ({preset_name}) and synthesising ...", flush=True)
+        emit(b, out / b / "rtl", params)
+        write_roms(out / b / "rtl" / ROM_SUBDIR)
+        synthesize(out / b / "rtl", out / b / "synth", jobs=1)
+        folders[b] = out / b / "synth"
+    return folders
+
+
 def _run(cmd: list[str], log: Path) -> bool:
     with open(log, "w") as f:
         return subprocess.run(cmd, cwd=REPO, stdout=f, stderr=subprocess.STDOUT).returncode == 0

@@ -212,23 +212,13 @@ def draw_power(rec: dict, path: Path) -> dict:
 def measure_preset(preset_name: str, blocks: list[str], out: Path, env: dict[str, str],
                    rate: dict | None, reuse_sim: bool = False) -> dict:
     """Emit, synthesise and measure each block of the preset; out/power.json holds the summary."""
-    from flow.synth import synthesize
-    from hw.params import preset
-    from hw.roms import ROM_SUBDIR
-    from nano_k3.luts import write_roms
-    from rtl_gen import BLOCKS, emit
-    bad = [b for b in blocks if b not in BLOCKS or b == "chip"]
-    if bad:
-        raise PowerError(f"unknown or chip-level blocks {bad}: power runs per engine netlist, one of "
-                         f"{sorted(b for b in BLOCKS if b != 'chip')}")
-    params = preset(preset_name)
+    from flow.blocks import emit_and_synthesise
     out = Path(out).resolve()
-    engines = []
-    for b in blocks:
-        emit(b, out / b / "rtl", params)
-        write_roms(out / b / "rtl" / ROM_SUBDIR)        # the LUT ROMs a block's msh_rom instances read
-        synthesize(out / b / "rtl", out / b / "synth", jobs=1)
-        engines.append(measure_block(out / b / "synth", b, out / b, env, reuse_sim=reuse_sim))
+    try:
+        synths = emit_and_synthesise(blocks, preset_name, out, "power")
+    except ValueError as e:
+        raise PowerError(str(e)) from None
+    engines = [measure_block(synth, b, out / b, env, reuse_sim=reuse_sim) for b, synth in synths.items()]
     rec = summarise(engines, rate, preset_name)
     draw_power(rec, out / "power_by_engine.png")
     rec["figure"] = str(out / "power_by_engine.png")

@@ -174,7 +174,7 @@ def _pre_timing(stages: dict) -> str | None:
 
 
 def _placement(s: dict, stages: dict) -> str | None:
-    p, place = s["placement"], stages["place"]["data"]
+    p = s["placement"]
     if p is None:
         return None
     return (f"die {fmt(p['die_mm2'], '.2f')} mm², {fmt(100 * p['utilization'] if p['utilization'] else None, '.1f')} % "

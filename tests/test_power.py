@@ -95,3 +95,12 @@ def test_bad_token_rate_is_named(tmp_path, capsys):
     assert token_rate(None, tmp_path / "bench.json", "nano")["tokens_per_s"] == 9.0
     with pytest.raises(PowerError, match="run 'nano-g128-s48-long' is not of preset 'tiny'"):
         token_rate(None, tmp_path / "bench.json", "tiny")
+
+
+def test_chip_level_blocks_are_refused_by_name(tmp_path, capsys):
+    """Power runs per engine netlist (flow.blocks.emit_and_synthesise): the chip or an unknown name is refused
+    before anything is emitted, naming the engines."""
+    assert main(["--blocks", "chip", "nonesuch", "--tokens-per-s", "1", "--out", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "unknown or chip-level blocks ['chip', 'nonesuch']: power runs per engine, one of [" in err
+    assert not any(tmp_path.iterdir())

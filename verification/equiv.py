@@ -252,25 +252,6 @@ def md_equiv(r: dict | None, command: str) -> list[str]:
     return md + [""]
 
 
-def synthesise_blocks(blocks: list[str], preset_name: str, out: Path) -> list[Path]:
-    """Each engine of ``blocks`` emitted at ``preset_name`` into ``<out>/<block>/rtl`` and synthesised into
-    ``<out>/<block>/synth`` (flow.synth, its part cache beside it); returns the synthesis folders."""
-    from flow.synth import synthesize
-    from hw.params import preset
-    from rtl_gen import BLOCKS, emit
-    bad = [b for b in blocks if b not in BLOCKS or b == "chip"]
-    if bad:
-        raise EquivError(f"unknown or chip-level blocks {bad}: the proof runs per engine, one of "
-                         f"{sorted(b for b in BLOCKS if b != 'chip')}")
-    params, folders = preset(preset_name), []
-    for b in blocks:
-        print(f"{b}: emitting ({preset_name}) and synthesising ...", flush=True)
-        emit(b, out / b / "rtl", params)
-        synthesize(out / b / "rtl", out / b / "synth", jobs=1)
-        folders.append(out / b / "synth")
-    return folders
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m verification.equiv", description=__doc__.split("\n\n")[0])
     src = ap.add_mutually_exclusive_group(required=True)
@@ -285,7 +266,13 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--timeout must be positive seconds, got {args.timeout}")
     records = []
     try:
-        folders = args.synth or synthesise_blocks(args.blocks, args.preset, args.out.resolve())
+        if args.blocks:
+            from flow.blocks import emit_and_synthesise
+            try:
+                args.synth = list(emit_and_synthesise(args.blocks, args.preset, args.out, "the proof").values())
+            except ValueError as e:
+                raise EquivError(str(e)) from None
+        folders = args.synth
         jobs = [j for synth in folders for j in jobs_of(synth, args.only)]
         for k, job in enumerate(jobs, 1):
             print(f"[{k}/{len(jobs)}] {job.top}: proving (timeout {args.timeout:.0f} s) ...", flush=True)
