@@ -176,17 +176,17 @@ def netlist_and_layout(stage: Path, module: dict, macro_modules: str, d: Design,
 
 
 def write_placed(stage: Path, module: dict, macro_modules: str, d: Design, fp: Floorplan, lef: Lef, xs, ys, orient,
-                 rc: RcModel, with_def: bool = True) -> dict:
-    """The placed design's netlist ({top}.v), DEF (unless not ``with_def``) and SPEF into ``stage``: the netlist
-    by a forked copy of this process (flow.fork) while this one writes the DEF and SPEF. Returns
-    ``write_outputs``' wire summary."""
-    netlist = beside(write_placed_netlist, stage / f"{d.top}.v", module, d.top, macro_modules, copies=copies_of(d))
+                 rc: RcModel, with_def: bool = True, pdk=None) -> tuple[dict, dict]:
+    """The placed design's netlist ({top}.v), DEF (unless not ``with_def``) and SPEF into ``stage``, and with
+    ``pdk`` its layout: the netlist and layout by a forked copy of this process (flow.fork) while this one writes
+    the DEF and SPEF. Returns ``write_outputs``' wire summary and what ``netlist_and_layout`` returned."""
+    side = beside(netlist_and_layout, stage, module, macro_modules, d, fp, xs, ys, orient, lef, pdk,
+                  copies=copies_of(d))
     wires = write_outputs(d, fp, lef, xs, ys, orient, stage, rc, with_def)
     try:
-        netlist.result()
+        return wires, side.result()
     except ForkError as e:
         raise PlaceError(f"writing {d.top}.v: {e}") from None
-    return wires
 
 
 # ---------------------------------------------------------------------------------------------- deferred
@@ -218,13 +218,8 @@ def write_deferred(place_dir: Path) -> dict:
     if stage.exists():
         shutil.rmtree(stage)
     stage.mkdir()
-    side = beside(netlist_and_layout, stage, state["module"], state["macro_modules"], d, fp, xs, ys, orient, lef,
-                  pdk if later["layout"] else None, copies=copies_of(d))
-    write_outputs(d, fp, lef, xs, ys, orient, stage, RcModel.from_lef(lef))
-    try:
-        layout = side.result()
-    except ForkError as e:
-        raise PlaceError(f"writing {d.top}.v: {e}") from None
+    _, layout = write_placed(stage, state["module"], state["macro_modules"], d, fp, lef, xs, ys, orient,
+                             RcModel.from_lef(lef), pdk=pdk if later["layout"] else None)
     files = {"netlist": f"{d.top}.v", "def": f"{d.top}.def", "spef": f"{d.top}.spef", **layout.pop("files", {})}
     for name in files.values():
         (stage / name).replace(place_dir / name)

@@ -171,7 +171,7 @@ def _write_and_time(stage: Path, module: dict, state: dict, top: str, synth: Pat
                     cache: Path, d, fp, xs, ys, orient, lef, rc, caps, limits):
     """Writes the netlist, DEF and SPEF of the placed design into ``stage`` and signs them off: STA at every
     corner (into ``stage/sta``) and the design rules. Returns (wire summary, STA result, RuleReport)."""
-    wires = write_placed(stage, module, state["macro_modules"], d, fp, lef, xs, ys, orient, rc)
+    wires, _ = write_placed(stage, module, state["macro_modules"], d, fp, lef, xs, ys, orient, rc)
     progress(f"sign-off STA at {list(CORNERS)} with clock uncertainty setup {SETUP_UNCERTAINTY_NS} ns, "
              f"hold {HOLD_UNCERTAINTY_NS} ns ...")
     try:
