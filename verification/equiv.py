@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flow.cell_models import DEFAULT_OUT as CELL_MODELS_OUT
+from flow.cli import die_with_parent
 from flow.cell_models import ensure_models
 
 REPO = Path(__file__).resolve().parent.parent
@@ -128,6 +129,7 @@ def yosys_script(job: Job, cells: Path, keep: dict[str, list[str]], stubs: Path 
 def _worker(script_json: str) -> None:
     """Runs in the child: every pass of the script on one design, printing Yosys's log."""
     from pyosys import libyosys as ys
+    die_with_parent()            # a stopped check leaves no proof running
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
     design = ys.Design()
     for cmd in json.loads(script_json):
