@@ -50,7 +50,8 @@ STAGES = {
     "orfs": ("orfs/orfs.json", "python -m flow.orfs --synth {build}/synth --rtl {build}/rtl --out {build}/orfs --run",
              ("area", "timing")),
     "bench": ("bench/bench.json", "make bench", ()),
-    "place_sta": ("place/sta/sta.json", "python -m flow.place --synth {build}/synth --out {build}/place",
+    # written by flow.place itself, or (make demo, flow.place --no-sta) by this command after it
+    "place_sta": ("place/sta/sta.json", "python -m flow.sta --synth {build}/synth --place {build}/place",
                   ("top", "period_ns", "corners")),
     "signoff": ("signoff/signoff.json", SIGNOFF_COMMAND, ("top", "corners", "signed_off", "std_cell_area_um2")),
     "generate": ("generate/generate.json", "make generate", ("texts", "perplexity")),

@@ -560,7 +560,8 @@ def test_flow_runtime_counts_placement_sta_run_apart(tmp_path):
                               "place/place.json": {**PLACE, "sta": None}, "place/sta/sta.json": apart})
     write_report(build, tmp_path / "report")
     md = (tmp_path / "report" / "report.md").read_text()
-    assert "| place_sta (diagnostic: timing that no later step reads) | 300 |" in md
+    assert (f"| place_sta (diagnostic: timing that no later step reads) | 300 | `python -m flow.sta --synth {build}/synth "
+            f"--place {build}/place` |") in md                  # the command that wrote it, not flow.place
     assert "| synthesis through sign-off, wall clock | 2,400 (40.0 min" in md and "not run: signoff) | |" in md
     assert "| diagnostics, wall clock (side by side) | 420 |" in md
     placed = md[md.index("### After placement"):]
