@@ -154,7 +154,7 @@ endmodule
 
 
 def test_a_dollar_named_register_pairs(tmp_path, monkeypatch):
-    assert dollar_registers(DOLLAR_NETLIST, DOLLAR_RTL) == {"acc": ["$signal"]}
+    assert dollar_registers(DOLLAR_NETLIST, DOLLAR_RTL) == {"acc": {"$signal": (1, 1)}}
     assert dollar_registers(MERGED_NETLIST, MERGED_RTL) == {}
     rec = check(_job(tmp_path, "dollar", DOLLAR_NETLIST, DOLLAR_RTL), tmp_path / "out", timeout_s=120)
     assert rec["status"] == "proven" and rec["equiv_unproven"] == 0, rec

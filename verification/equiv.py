@@ -87,27 +87,49 @@ def _modules(verilog: str) -> dict[str, str]:
             for k, m in enumerate(heads)}
 
 
-def dollar_registers(netlist_text: str, gold_text: str) -> dict[str, list[str]]:
+def _width(module_text: str, name: str) -> int | None:
+    """The width of wire or reg ``\\name`` as the module declares it (``[msb:lsb]``, or one bit)."""
+    m = re.search(r"^\s*(?:wire|reg|input|output)\s+(?:signed\s+)?(?:\[(\d+):(\d+)\]\s*)?\\" + re.escape(name)
+                  + r"\s*;", module_text, re.M)
+    return None if m is None else (abs(int(m.group(1)) - int(m.group(2))) + 1 if m.group(1) else 1)
+
+
+def dollar_registers(netlist_text: str, gold_text: str) -> dict[str, dict[str, tuple[int, int]]]:
     """Per module, the ``$`` names the netlist gives flip-flop outputs (``.Q`` pins) that the RTL's module of the
-    same name has too. Some are Amaranth's register names (``$signal``); others are an RTL wire synthesis found
-    equal to a register and named it after (``$28`` for ``sub``). Either way both designs have a signal of that
-    name with the same value: it is renamed ``reg$...`` on both sides (before ``flatten``, so that ``opt_clean``
-    keeps it in a submodule too) and pairs; every other ``$`` name is hidden."""
+    same name declares too, with their widths (RTL, netlist). Some are Amaranth's register names (``$signal``);
+    others are an RTL wire synthesis found equal to a register and named it after (``$28`` for ``sub * 128``,
+    named after ``sub``), often narrowed by synthesis (``$13``: 22 bits in the RTL, 21 in the netlist). Either
+    way both designs have a signal of that name with the same low bits: each side gets a public ``reg$...``
+    wire on those bits (before ``flatten``, so that ``opt_clean`` keeps it in a submodule too) and it pairs;
+    every other ``$`` name is hidden."""
     gold = _modules(gold_text)
     out = {}
     for module, body in _modules(netlist_text).items():
-        names = sorted(n for n in set(re.findall(r"\.Q\(\s*\\(\$\S+)", body))
-                       if re.search(r"\\" + re.escape(n) + r"\s", gold.get(module, "")))
-        if names:
-            out[module] = names
+        widths = {n: (_width(gold.get(module, ""), n), _width(body, n))
+                  for n in sorted(set(re.findall(r"\.Q\(\s*\\(\$\S+)", body)))}
+        widths = {n: w for n, w in widths.items() if None not in w}
+        if widths:
+            out[module] = widths
     return out
 
 
-def yosys_script(job: Job, cells: Path, keep: dict[str, list[str]], stubs: Path | None) -> list[str]:
+def _public_copies(keep: dict[str, dict[str, tuple[int, int]]], side: int) -> list[str]:
+    """Yosys commands that give each kept ``$`` name of ``keep`` (side 0: gold, 1: gate) a public wire
+    ``reg$...`` on the bits both sides have."""
+    cmds = []
+    for module, names in keep.items():
+        cmds.append(f"cd {module}")
+        for n, widths in names.items():
+            w = min(widths)
+            bits = f"\\{n}" if w == widths[side] else f"\\{n}[{w - 1}:0]"
+            cmds += [f"add -wire \\reg{n} {w}", f"connect -set \\reg{n} {bits}"]
+        cmds.append("cd")
+    return cmds
+
+
+def yosys_script(job: Job, cells: Path, keep: dict[str, dict[str, tuple[int, int]]], stubs: Path | None) -> list[str]:
     """Gold and gate prepared alike (module docstring), paired by name and proven by induction."""
     rtl = " ".join(map(str, job.gold))
-    keep_names = [cmd for module, names in keep.items()
-                  for cmd in (f"cd {module}", *(f"rename \\{n} \\reg{n}" for n in names), "cd")]
     # the `$` names of the module and of its flattened submodules (`inst.$28`)
     hide = "rename -hide w:$* w:*.$* %u"
     cut = CUT_MACROS + "".join(f" t:{b}" for b in job.boxes)
@@ -115,11 +137,11 @@ def yosys_script(job: Job, cells: Path, keep: dict[str, list[str]], stubs: Path 
     box_lib = [f"read_verilog -lib {stubs}"] if stubs else []
     return [
         f"read_verilog -lib {job.macro_stubs}", f"read_verilog -sv {rtl}", *boxes, f"hierarchy -top {job.top}",
-        *keep_names, "proc", "flatten", "opt", *MERGE_BITS, hide, "opt_clean", cut, "rename -top gold",
+        "proc", *_public_copies(keep, 0), "flatten", "opt", *MERGE_BITS, hide, "opt_clean", cut, "rename -top gold",
         "design -stash gold",
         f"read_verilog -lib {job.macro_stubs}", *box_lib, f"read_verilog -sv {cells}", f"read_verilog {job.netlist}",
-        f"hierarchy -top {job.top}", *keep_names, "proc", "flatten", hide, "opt_clean", cut, "rename -top gate",
-        "design -stash gate",
+        f"hierarchy -top {job.top}", "proc", *_public_copies(keep, 1), "flatten", hide, "opt_clean", cut,
+        "rename -top gate", "design -stash gate",
         "design -copy-from gold -as gold gold", "design -copy-from gate -as gate gate",
         "equiv_make gold gate equiv", "hierarchy -top equiv", "async2sync", f"equiv_induct -seq {SEQ}",
         f"equiv_simple -seq {SIMPLE_SEQ}", "equiv_status",
