@@ -255,3 +255,32 @@ def test_register_bits_merged_by_synthesis_pair(tmp_path, monkeypatch):
     monkeypatch.setattr("verification.equiv.MERGE_BITS", ())
     whole = check(_job(tmp_path, "shared-whole", SHARED_NETLIST, SHARED_RTL), tmp_path / "out-w", timeout_s=120)
     assert whole["status"] == "unproven" and whole["equiv_unproven"] > 0, whole
+
+
+# Synthesis names a register after an RTL wire equal to it and narrows that wire (`$5` = {0, q, 0}: 4 bits in
+# the RTL, 3 in the netlist): the public copy covers the bits both have, so the register still pairs.
+NARROW_RTL = """module acc(input clk, input e, input [1:0] d, output o);
+  reg [1:0] q; reg r; wire [3:0] \\$5 ;
+  assign \\$5  = {1'b0, q, 1'b0};
+  always @(posedge clk) if (e) q <= d;
+  always @(posedge clk) r <= \\$5 [1] ^ \\$5 [2];
+  assign o = r;
+endmodule
+"""
+NARROW_NETLIST = """module acc(clk, e, d, o);
+  input clk; input e; input [1:0] d; output o;
+  wire [2:0] \\$5 ; wire n0, n1, x;
+  MUX2_X1 m0 (.A(\\$5 [1]), .B(d[0]), .S(e), .Z(n0));
+  MUX2_X1 m1 (.A(\\$5 [2]), .B(d[1]), .S(e), .Z(n1));
+  DFF_X1 f0 (.D(n0), .CK(clk), .Q(\\$5 [1]), .QN());
+  DFF_X1 f1 (.D(n1), .CK(clk), .Q(\\$5 [2]), .QN());
+  XOR2_X1 g (.A(\\$5 [1]), .B(\\$5 [2]), .Z(x));
+  DFF_X1 f2 (.D(x), .CK(clk), .Q(o), .QN());
+endmodule
+"""
+
+
+def test_a_register_named_after_a_narrowed_wire_pairs(tmp_path):
+    assert dollar_registers(NARROW_NETLIST, NARROW_RTL) == {"acc": {"$5": (4, 3)}}
+    rec = check(_job(tmp_path, "narrow", NARROW_NETLIST, NARROW_RTL), tmp_path / "out", timeout_s=120)
+    assert rec["status"] == "proven" and rec["equiv_unproven"] == 0, rec

@@ -89,8 +89,8 @@ def _modules(verilog: str) -> dict[str, str]:
 
 def _width(module_text: str, name: str) -> int | None:
     """The width of wire or reg ``\\name`` as the module declares it (``[msb:lsb]``, or one bit)."""
-    m = re.search(r"^\s*(?:wire|reg|input|output)\s+(?:signed\s+)?(?:\[(\d+):(\d+)\]\s*)?\\" + re.escape(name)
-                  + r"\s*;", module_text, re.M)
+    m = re.search(r"\b(?:wire|reg|input|output)\s+(?:signed\s+)?(?:\[(\d+):(\d+)\]\s*)?\\" + re.escape(name)
+                  + r"\s*;", module_text)
     return None if m is None else (abs(int(m.group(1)) - int(m.group(2))) + 1 if m.group(1) else 1)
 
 
