@@ -208,3 +208,29 @@ def test_reuse_names_the_engines_a_point_changes(tmp_path):
     assert not any(same["engines"].values())
     other = compare(CI, {"ew_lanes": 2}, tmp_path)
     assert other["engines"]["vector_unit.ew"] > 0 and other["point"] == {"norm_lanes": 1, "ew_lanes": 2}
+
+
+def test_an_interrupted_validation_goes_on_where_it_stopped(local_sweep, tmp_path, monkeypatch, capsys):
+    """validate --top K measures each front point once: points with a validation row are not measured again (a
+    nano point costs a chip simulation and a 30-minute flat synthesis), and are still in what it returns."""
+    import shutil
+
+    from flow.dse import validate as validation
+    out = tmp_path / "dse"
+    shutil.copytree(local_sweep[0], out)
+    measured = []
+
+    def fake_point(preset, rec, where, jobs):
+        measured.append(rec["key"])
+        return {"key": rec["key"], "preset": preset.name, "point": rec["point"], "model_cycles": rec["model_cycles"],
+                "sim_cycles": rec["model_cycles"], "cycles_error": 0.0, "bit_exact": True,
+                "parts_area_um2": rec["area_um2"], "full_area_um2": rec["area_um2"], "area_error": 0.0,
+                "passed": True, "reason": None}
+    monkeypatch.setattr(validation, "validate_point", fake_point)
+    front = sorted(pareto(Results(out / RESULTS_FILE).trials("ci")), key=lambda r: -r["tokens_per_s"])
+    first = validation.validate(CI, out, top=1)
+    assert measured == [front[0]["key"]] and [v["key"] for v in first] == measured
+    both = validation.validate(CI, out, top=min(2, len(front)))
+    assert measured == [r["key"] for r in front[:2]] and [v["key"] for v in both] == measured
+    assert f"trial {front[0]['number']} was validated before (passed)" in capsys.readouterr().err
+    assert len(Results(out / RESULTS_FILE).validations("ci")) == len(measured)

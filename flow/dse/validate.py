@@ -79,8 +79,13 @@ def validate(preset: DsePreset, out: Path, top: int, jobs: int = 1) -> list[dict
     if not front:
         raise DseError(f"{results.path} has no measured trial of preset {preset.name!r} within the budgets: "
                        f"run `python -m flow.dse --preset {preset.name} --trials N --out {out}` first")
-    done = []
+    done, before = [], {v["key"]: v for v in results.validations(preset.name)}
     for k, rec in enumerate(front[:top], 1):
+        if rec["key"] in before:               # an interrupted validation goes on where it stopped
+            progress(f"{k}/{min(top, len(front))}: trial {rec['number']} was validated before "
+                     f"({'passed' if before[rec['key']]['passed'] else 'failed'}); delete its row to measure it again")
+            done.append(before[rec["key"]])
+            continue
         progress(f"validating {k}/{min(top, len(front))}: trial {rec['number']} [{changes(rec['point'], preset)}]")
         v = validate_point(preset, rec, out, jobs)
         results.add_validation(v)
