@@ -132,23 +132,25 @@ def test_a_rom_black_box_is_cut_out_and_its_address_checked(tmp_path):
 
 
 # Amaranth names some registers with a `$` (`$signal`) and synthesis keeps the name on the register's Q net: such
-# a register must stay paired (hidden like the other `$` names, this one, which holds its value under an enable,
-# would be free state: the induction fails, and no bounded look back reaches its value).
+# a register must stay paired (hidden like the other `$` names, this one, which holds its value under an enable and
+# shows at the output only when `f` is set, would be free state: no induction over a bounded number of steps
+# reaches its value).
 # The MERGED netlist above puts an RTL `$` name on a QN pin instead: that one stays hidden.
-DOLLAR_RTL = """module acc(input clk, input d, input e, output o);
+DOLLAR_RTL = """module acc(input clk, input d, input e, input f, output o);
   reg \\$signal ; reg q;
   always @(posedge clk) if (e) \\$signal  <= d;
-  always @(posedge clk) q <= q ^ \\$signal ;
+  always @(posedge clk) if (f) q <= q ^ \\$signal ;
   assign o = q;
 endmodule
 """
-DOLLAR_NETLIST = """module acc(clk, d, e, o);
-  input clk; input d; input e; output o;
-  wire \\$signal ; wire x, n;
-  MUX2_X1 m (.A(\\$signal ), .B(d), .S(e), .Z(n));
+DOLLAR_NETLIST = """module acc(clk, d, e, f, o);
+  input clk; input d; input e; input f; output o;
+  wire \\$signal ; wire x, n, m;
+  MUX2_X1 ms (.A(\\$signal ), .B(d), .S(e), .Z(n));
   DFF_X1 s (.D(n), .CK(clk), .Q(\\$signal ), .QN());
   XOR2_X1 g (.A(o), .B(\\$signal ), .Z(x));
-  DFF_X1 f (.D(x), .CK(clk), .Q(o), .QN());
+  MUX2_X1 mq (.A(o), .B(x), .S(f), .Z(m));
+  DFF_X1 q (.D(m), .CK(clk), .Q(o), .QN());
 endmodule
 """
 
