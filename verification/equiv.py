@@ -20,8 +20,8 @@ for it (tests/test_equiv.py has a case for each, proven with the step and not wi
 - the RTL's intermediate wires are named ``$...`` (Amaranth's names) and the netlist keeps some of those names
   on other signals, so ``$`` names are made private on both sides (``rename -hide``), in submodules too;
 - but a ``$`` name on a flip-flop's output is a register (Amaranth's ``$signal``) or an RTL wire synthesis found
-  equal to one (``$28`` for ``sub * 128``): those are renamed ``reg$...`` on both sides and pair
-  (``dollar_registers``);
+  equal to one (``$28`` for ``sub * 128``), often narrowed: each side gets a public ``reg$...`` wire on the bits
+  both have, and it pairs (``dollar_registers``);
 - synthesis merges registers, and single bits of registers, that always load the same value, and drops constant
   ones: the gold goes through Yosys's ``opt`` and then has its flip-flops split into bits and merged
   (``MERGE_BITS``), so that no register is left without a partner.
@@ -49,6 +49,7 @@ from pathlib import Path
 
 from flow.cell_models import DEFAULT_OUT as CELL_MODELS_OUT
 from flow.cli import die_with_parent
+from flow.synth.sources import module_texts
 from flow.cell_models import ensure_models
 
 REPO = Path(__file__).resolve().parent.parent
@@ -82,13 +83,6 @@ class Job:
     box_stubs: str = ""
 
 
-def _modules(verilog: str) -> dict[str, str]:
-    """Module name (without the escape) -> its text."""
-    heads = list(re.finditer(r"^module (?:\\(\S+)|([^\s(;]+))", verilog, re.M))
-    return {m.group(1) or m.group(2): verilog[m.start():heads[k + 1].start() if k + 1 < len(heads) else len(verilog)]
-            for k, m in enumerate(heads)}
-
-
 def _width(module_text: str, name: str) -> int | None:
     """The width of wire or reg ``\\name`` as the module declares it (``[msb:lsb]``, or one bit)."""
     m = re.search(r"\b(?:wire|reg|input|output)\s+(?:signed\s+)?(?:\[(\d+):(\d+)\]\s*)?\\" + re.escape(name)
@@ -104,9 +98,9 @@ def dollar_registers(netlist_text: str, gold_text: str) -> dict[str, dict[str, t
     way both designs have a signal of that name with the same low bits: each side gets a public ``reg$...``
     wire on those bits (before ``flatten``, so that ``opt_clean`` keeps it in a submodule too) and it pairs;
     every other ``$`` name is hidden."""
-    gold = _modules(gold_text)
+    gold = module_texts(gold_text)
     out = {}
-    for module, body in _modules(netlist_text).items():
+    for module, body in module_texts(netlist_text).items():
         widths = {n: (_width(gold.get(module, ""), n), _width(body, n))
                   for n in sorted(set(re.findall(r"\.Q\(\s*\\(\$\S+)", body)))}
         widths = {n: w for n, w in widths.items() if None not in w}
@@ -182,7 +176,7 @@ def _part(synth_dir: Path, cache: Path, part: dict) -> Job:
         raise EquivError(f"part {part['top']}: {folder} lacks source.v or netlist.v (the part cache was cleaned): "
                          f"synthesise again (python -m flow.synth --out {synth_dir})")
     boxes = tuple(part.get("black_boxes") or ())
-    modules = _modules(source.read_text()) if boxes else {}
+    modules = module_texts(source.read_text()) if boxes else {}
     return Job(part["top"], (source,), netlist, synth_dir / "macro_stubs.v", boxes,
                "".join(modules.get(b, "") for b in boxes))
 

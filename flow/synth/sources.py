@@ -57,6 +57,11 @@ class Source:
     files_sha256: str
 
 
+def module_texts(text: str) -> dict[str, str]:
+    """Module name (without the escape) -> its ``module ... endmodule`` text, for Verilog as Yosys writes it."""
+    return {_name(m.group("name")): m.group(0) for m in _MODULE.finditer(text)}
+
+
 def _interface(name_token: str, body: str) -> str:
     """A black-box stub: the header up to its first `;` and the port and parameter declarations of the body
     (functions and tasks removed: their `input`s are not ports)."""
