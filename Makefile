@@ -150,7 +150,7 @@ dse: pdk
 	$(PY) -m flow.dse --preset $(DSE_PRESET) --trials $(TRIALS) --out $(BUILD)/dse --cache $(BUILD)/synth_cache \
 	  --cpus $(DSE_CPUS) --synth-jobs $(SYNTH_JOBS) --resume $(if $(ADDRESS),--address $(ADDRESS))
 
-# The TOP fastest points of the front: RTL simulation of the long run and a flat synthesis (nano: ~17 GB).
+# The TOP fastest points of the front: RTL simulation of the long run and a flat synthesis (nano: ~33 min, 7.4 GB peak).
 dse-validate: pdk
 	$(PY) -m flow.dse validate --preset $(DSE_PRESET) --top $(TOP) --out $(BUILD)/dse
 

@@ -161,7 +161,8 @@ def test_a_dollar_named_register_pairs(tmp_path, monkeypatch):
     rec = check(_job(tmp_path, "dollar", DOLLAR_NETLIST, DOLLAR_RTL), tmp_path / "out", timeout_s=120)
     assert rec["status"] == "proven" and rec["equiv_unproven"] == 0, rec
     monkeypatch.setattr("verification.equiv.dollar_registers", lambda netlist, gold: {})
-    hidden = check(_job(tmp_path, "dollar-hidden", DOLLAR_NETLIST, DOLLAR_RTL), tmp_path / "out-h", timeout_s=120)
+    hidden = check(_job(tmp_path, "dollar-hidden", DOLLAR_NETLIST, DOLLAR_RTL), tmp_path / "out-h", timeout_s=120,
+                   pairs=False)
     assert hidden["status"] == "unproven" and hidden["equiv_unproven"] > 0, hidden
 
 
@@ -255,7 +256,8 @@ def test_register_bits_merged_by_synthesis_pair(tmp_path, monkeypatch):
     rec = check(_job(tmp_path, "shared", SHARED_NETLIST, SHARED_RTL), tmp_path / "out", timeout_s=120)
     assert rec["status"] == "proven" and rec["equiv_unproven"] == 0, rec
     monkeypatch.setattr("verification.equiv.MERGE_BITS", ())
-    whole = check(_job(tmp_path, "shared-whole", SHARED_NETLIST, SHARED_RTL), tmp_path / "out-w", timeout_s=120)
+    whole = check(_job(tmp_path, "shared-whole", SHARED_NETLIST, SHARED_RTL), tmp_path / "out-w", timeout_s=120,
+                  pairs=False)
     assert whole["status"] == "unproven" and whole["equiv_unproven"] > 0, whole
 
 
@@ -286,3 +288,49 @@ def test_a_register_named_after_a_narrowed_wire_pairs(tmp_path):
     assert dollar_registers(NARROW_NETLIST, NARROW_RTL) == {"acc": {"$5": (4, 3)}}
     rec = check(_job(tmp_path, "narrow", NARROW_NETLIST, NARROW_RTL), tmp_path / "out", timeout_s=120)
     assert rec["status"] == "proven" and rec["equiv_unproven"] == 0, rec
+
+
+# Synthesis keeps a register under the name of an RTL multiplexer that reads it (the memory engine's read address
+# `rd_addr` in flip-flops named `$procmux_Y$20` = `grant_rd ? rd_addr : mem__req_addr`): here `a` is held in
+# flip-flops named `$7` = `g ? a : q`. The name pairs a register with a multiplexer (false: unprovable) and leaves
+# `a` without a partner; simulation (verification.equiv_pairs) drops the false copy and pairs `a` by its values.
+RENAMED_RTL = """module acc(input clk, input g, input [1:0] d, output [1:0] o, output [1:0] p);
+  reg [1:0] a; reg [1:0] q; wire [1:0] \\$7 ;
+  assign \\$7  = g ? a : q;
+  always @(posedge clk) begin a <= a ^ d; q <= \\$7 ; end
+  assign o = q;
+  assign p = \\$7 ;
+endmodule
+"""
+
+
+def _renamed_netlist(select: str) -> str:
+    return f"""module acc(clk, g, d, o, p);
+  input clk; input g; input [1:0] d; output [1:0] o; output [1:0] p;
+  wire [1:0] \\$7 ; wire [1:0] q; wire [1:0] n; wire [1:0] x;
+  XOR2_X1 x0 (.A(\\$7 [0]), .B(d[0]), .Z(x[0]));
+  XOR2_X1 x1 (.A(\\$7 [1]), .B(d[1]), .Z(x[1]));
+  DFF_X1 f0 (.D(x[0]), .CK(clk), .Q(\\$7 [0]), .QN());
+  DFF_X1 f1 (.D(x[1]), .CK(clk), .Q(\\$7 [1]), .QN());
+  MUX2_X1 m0 (.A(q[0]), .B(\\$7 [0]), .S({select}), .Z(n[0]));
+  MUX2_X1 m1 (.A(q[1]), .B(\\$7 [1]), .S(g), .Z(n[1]));
+  DFF_X1 q0 (.D(n[0]), .CK(clk), .Q(q[0]), .QN());
+  DFF_X1 q1 (.D(n[1]), .CK(clk), .Q(q[1]), .QN());
+  assign o = q;
+  assign p = n;
+endmodule
+"""
+
+
+def test_a_register_kept_under_a_multiplexers_name_pairs_by_simulation(tmp_path):
+    assert dollar_registers(_renamed_netlist("g"), RENAMED_RTL) == {"acc": {"$7": (2, 2)}}
+    rec = check(_job(tmp_path, "renamed", _renamed_netlist("g"), RENAMED_RTL), tmp_path / "out", timeout_s=120)
+    assert rec["status"] == "proven" and rec["equiv_unproven"] == 0, rec
+    assert rec["false_copies"] == ["reg$7"] and rec["pairs_by_simulation"] == 2, rec
+    by_name = check(_job(tmp_path, "renamed-names", _renamed_netlist("g"), RENAMED_RTL), tmp_path / "out-n",
+                    timeout_s=120, pairs=False)
+    assert by_name["status"] == "unproven" and by_name["equiv_unproven"] > 0, by_name
+    # a wrong netlist (bit 0 selects on d[1]) is not proven with simulation's pairs either
+    wrong = check(_job(tmp_path, "renamed-wrong", _renamed_netlist("d[1]"), RENAMED_RTL), tmp_path / "out-w",
+                  timeout_s=120)
+    assert wrong["status"] == "unproven" and wrong["equiv_unproven"] > 0, wrong

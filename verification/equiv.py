@@ -51,6 +51,7 @@ from flow.cell_models import DEFAULT_OUT as CELL_MODELS_OUT
 from flow.cli import die_with_parent
 from flow.synth.sources import module_texts
 from flow.cell_models import ensure_models
+from verification import equiv_pairs
 
 REPO = Path(__file__).resolve().parent.parent
 MEMORY_LIMIT = 3 << 30          # bytes of address space per Yosys proof
@@ -123,7 +124,8 @@ def _public_copies(keep: dict[str, dict[str, tuple[int, int]]], side: int) -> li
     return cmds
 
 
-def yosys_script(job: Job, cells: Path, keep: dict[str, dict[str, tuple[int, int]]], stubs: Path | None) -> list[str]:
+def yosys_script(job: Job, cells: Path, keep: dict[str, dict[str, tuple[int, int]]], stubs: Path | None,
+                 graphs: Path | None = None) -> list[str]:
     """Gold and gate prepared alike (module docstring), paired by name and proven by induction."""
     rtl = " ".join(map(str, job.gold))
     # the `$` names of the module and of its flattened submodules (`inst.$28`)
@@ -139,6 +141,7 @@ def yosys_script(job: Job, cells: Path, keep: dict[str, dict[str, tuple[int, int
         f"hierarchy -top {job.top}", "proc", *_public_copies(keep, 1), "flatten", hide, "opt_clean", cut,
         "rename -top gate", "design -stash gate",
         "design -copy-from gold -as gold gold", "design -copy-from gate -as gate gate",
+        *([f"{equiv_pairs.MARK} {graphs}"] if graphs else []),
         "equiv_make gold gate equiv", "hierarchy -top equiv", "async2sync",
         *(f"equiv_induct -seq {n}" for n in SEQ), "equiv_status",
     ]
@@ -150,9 +153,18 @@ def _worker(script_json: str) -> None:
     die_with_parent()            # a stopped check leaves no proof running
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
     design = ys.Design()
-    for cmd in json.loads(script_json):
+
+    def run(cmd: str) -> None:
         print(f"@@PASS {cmd}", flush=True)
         ys.run_pass(cmd, design)
+    for cmd in json.loads(script_json):
+        if cmd.startswith(equiv_pairs.MARK):
+            found, counts = equiv_pairs.find(design, run, Path(cmd.split(maxsplit=1)[1]))
+            print(f"@@PAIRS {json.dumps(counts)}", flush=True)
+            for c in found:
+                run(c)
+        else:
+            run(cmd)
     print("@@DONE", flush=True)
 
 
@@ -210,8 +222,9 @@ def jobs_of(synth_dir: Path, only: list[str] | None = None) -> list[Job]:
     return jobs
 
 
-def check(job: Job, out: Path, timeout_s: float, cell_models: Path = CELL_MODELS_OUT) -> dict:
-    """Prove one job (module docstring); returns its record: proven, equiv cells proven / unproven, time."""
+def check(job: Job, out: Path, timeout_s: float, cell_models: Path = CELL_MODELS_OUT, pairs: bool = True) -> dict:
+    """Prove one job (module docstring); returns its record: proven, equiv cells proven / unproven, time, and
+    what simulation paired (``pairs``: verification.equiv_pairs; off, names alone pair)."""
     missing = [f for f in (*job.gold, job.netlist) if not f.is_file()]
     if missing:
         raise EquivError(f"files of {job.top} not found: {missing}; emit the RTL and synthesise again")
@@ -223,7 +236,7 @@ def check(job: Job, out: Path, timeout_s: float, cell_models: Path = CELL_MODELS
         stubs = out / f"{job.top}.boxes.v"
         stubs.write_text(job.box_stubs)
     keep = dollar_registers(job.netlist.read_text(), "\n".join(f.read_text() for f in job.gold))
-    script = yosys_script(job, cells, keep, stubs)
+    script = yosys_script(job, cells, keep, stubs, out / f"{job.top}.graphs" if pairs else None)
     t0 = time.monotonic()
     rec = {"block": job.top, "netlist": str(job.netlist), "log": str(log), "script": script}
     try:
@@ -240,6 +253,9 @@ def check(job: Job, out: Path, timeout_s: float, cell_models: Path = CELL_MODELS
     m = _STATUS.search(text)
     full = re.search(r"Found (\d+) \$equiv cells .*\n.*Equivalence successfully proven!", text)
     rec["seconds"] = round(time.monotonic() - t0, 1)
+    found = re.search(r"^@@PAIRS (.*)$", text, re.M)
+    if found:
+        rec.update(json.loads(found.group(1)))
     if "@@DONE" not in text or not (m or full):
         err = re.findall(r"^ERROR: (.*)$", text, re.M)
         if not err and ("MemoryError" in text or "std::bad_alloc" in text):
