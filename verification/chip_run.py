@@ -142,12 +142,13 @@ def run_chip_sim(name: str, sources: Sequence[Path], toplevel: str, runs: Sequen
                  test_module: str = TEST_MODULE, rand_reset: bool = False, rtl_dir: Path | None = None,
                  defines: Mapping[str, object] = {}, parameters: Mapping[str, object] = {},
                  plusargs: Sequence[str] = (), build_dir: Path | None = None, build_args: Sequence[str] = (),
-                 build: bool = True, reset_seed: int = RAND_RESET_SEED) -> ChipSimResult:
+                 build: bool = True, reset_seed: int = RAND_RESET_SEED, trace: Path | None = None) -> ChipSimResult:
     """Build ``sources`` into ``build_dir`` (default build/sim/<name>) and run ``runs`` (one cocotb test
     each of ``test_module``) there, normally or with every flop starting random (``rand_reset``).
     ``rtl_dir``: the emitted RTL folder, linked as ``rtl`` beside the simulator (its ROM files, SPEC §5);
     ``build_args`` go to Verilator after ``BUILD_ARGS``; ``build=False`` runs the binary built before;
-    ``reset_seed``: Verilator's seed for the random initial state (with ``rand_reset``). Runs of the nano chip
+    ``reset_seed``: Verilator's seed for the random initial state (with ``rand_reset``); ``trace``: record the top
+    level's ports, every time step, into this VCD file (verification.replay reads it). Runs of the nano chip
     are built for simulation speed (``runner.model_opt``), others for build speed.
     Never raises for failing checks: the reports say."""
     from verification.runner import SIM_ROOT, link_rtl, model_opt, run_cocotb
@@ -167,8 +168,10 @@ def run_chip_sim(name: str, sources: Sequence[Path], toplevel: str, runs: Sequen
     shutil.rmtree(refs, ignore_errors=True)
     for run in runs:
         save_reference(reference(run), reference_path(refs, run))
+    traced = ["--trace", "--trace-depth", "1"] if trace is not None else []
     res = run_cocotb(name, sources, toplevel, test_module, defines=defines, parameters=parameters,
-                     build_args=[*BUILD_ARGS, *build_args],
+                     build_args=[*BUILD_ARGS, *build_args, *traced], waves=trace is not None,
+                     test_args=["--trace-file", str(Path(trace).resolve())] if trace is not None else [],
                      plusargs=[*plusargs, *((f"+{RAND_RESET_PLUSARG}", f"+verilator+seed+{reset_seed}")
                                             if rand_reset else ())],
                      extra_env={RUNS_ENV: runs_to_env(list(runs)), OUT_ENV: str(out), REFS_ENV: str(refs)},

@@ -24,7 +24,12 @@ for it (tests/test_equiv.py has a case for each, proven with the step and not wi
   both have, and it pairs (``dollar_registers``);
 - synthesis merges registers, and single bits of registers, that always load the same value, and drops constant
   ones: the gold goes through Yosys's ``opt`` and then has its flip-flops split into bits and merged
-  (``MERGE_BITS``), so that no register is left without a partner.
+  (``MERGE_BITS``), so that no register is left without a partner;
+- synthesis keeps some registers under the name of another RTL signal (the memory engine's read address in
+  flip-flops named after a multiplexer that reads it): both designs are simulated side by side on random inputs
+  just before ``equiv_make`` (verification.equiv_pairs), a ``reg$`` copy whose values differ is dropped, and a
+  register left without a partner by name is paired with one of the other design's that has the same values
+  (a wrong pair is simply not proven, so the proof stays sound).
 ``equiv_induct`` then proves every pair at once by induction over one step (all pairs equal now, so equal one
 cycle later), and what that leaves over three steps (``SEQ``). A part is **proven** when no pair is
 left unproven; one whose proof does not finish in ``--timeout`` seconds (wide multipliers are hard for SAT) or

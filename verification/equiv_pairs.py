@@ -20,10 +20,11 @@ proof is as sound as without them.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+from verification.aig import Aig, AigSim, Bit, read_aig
 
 MARK = "@@pair-by-simulation"        # the worker's cue (followed by a folder for the graphs)
 CYCLES = 64
@@ -34,51 +35,6 @@ RESET_PORTS = ("rst",)
 # flip-flops without enables or resets, undriven and x bits zero
 AIG_PREP = ("expose w:reg$*", "async2sync", "memory_map", "setundef -undriven -zero", "setundef -zero", "opt_clean",
             "techmap", "opt -fast", "dffunmap", "aigmap", "setundef -zero", "opt_clean")
-
-Bit = tuple[str, int]
-
-
-@dataclass
-class Aig:
-    """An ASCII AIGER graph with its write_aiger ``-map`` names: literals of inputs, latches (current, next,
-    initial value) and outputs, the and gates in file order."""
-    max_var: int
-    inputs: list[int]
-    latches: list[tuple[int, int, int]]
-    outputs: list[int]
-    ands: np.ndarray                      # rows: lhs, rhs0, rhs1
-    input_names: dict[int, Bit] = field(default_factory=dict)
-    latch_names: dict[int, list[Bit]] = field(default_factory=dict)
-    output_names: dict[int, Bit] = field(default_factory=dict)
-
-
-def read_aig(aag: Path, symbols: Path) -> Aig:
-    lines = Path(aag).read_text().splitlines()
-    head = lines[0].split()
-    if head[0] != "aag":
-        raise ValueError(f"{aag}: not an ASCII AIGER file (header {lines[0]!r})")
-    n_in, n_latch, n_out, n_and = map(int, head[2:6])
-    k = 1
-    inputs = [int(x) for x in lines[k:k + n_in]]
-    k += n_in
-    latches = []
-    for line in lines[k:k + n_latch]:
-        f = list(map(int, line.split()))
-        latches.append((f[0], f[1], f[2] if len(f) > 2 else 0))
-    k += n_latch
-    outputs = [int(x) for x in lines[k:k + n_out]]
-    k += n_out
-    ands = np.array([list(map(int, x.split())) for x in lines[k:k + n_and]], dtype=np.int64).reshape(-1, 3)
-    aig = Aig(int(head[1]), inputs, latches, outputs, ands)
-    for line in Path(symbols).read_text().splitlines():
-        kind, idx, bit, name = line.split(maxsplit=3)
-        where = {"input": aig.input_names, "output": aig.output_names}.get(kind)
-        if where is not None:
-            where[int(idx)] = (name, int(bit))
-        elif kind == "latch":
-            aig.latch_names.setdefault(int(idx), []).append((name, int(bit)))
-    return aig
-
 
 def stimulus(keys: list[Bit], seed: int = SEED) -> dict[Bit, np.ndarray]:
     """Random input words per cycle (64 runs each), the reset ports high for ``RESET_CYCLES`` and low after;
@@ -99,43 +55,20 @@ def stimulus(keys: list[Bit], seed: int = SEED) -> dict[Bit, np.ndarray]:
 def simulate(aig: Aig, stim: dict[Bit, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """Every latch's and output's value (64 runs a word) in each cycle after reset: arrays [latches, CYCLES] and
     [outputs, CYCLES]. Latches start at 0 (or their AIGER initial value), reset is held first."""
-    n_var = aig.max_var + 1
-    ones = ~np.uint64(0)
-    level = np.zeros(n_var, dtype=np.int64)
-    lhs, r0, r1 = aig.ands[:, 0] >> 1, aig.ands[:, 1], aig.ands[:, 2]
-    for a, b, c in zip(lhs.tolist(), r0.tolist(), r1.tolist()):     # file order is topological (write_aiger)
-        level[a] = 1 + max(level[b >> 1], level[c >> 1])
-    groups = []                                        # the and gates level by level, evaluated a level at once
-    order = np.argsort(level[lhs], kind="stable")
-    bounds = np.searchsorted(level[lhs][order], np.arange(1, int(level.max(initial=0)) + 2))
-    for lo, hi in zip(bounds[:-1], bounds[1:]):
-        sel = order[lo:hi]
-        if len(sel):
-            groups.append((lhs[sel], r0[sel] >> 1, np.where(r0[sel] & 1, ones, np.uint64(0)),
-                           r1[sel] >> 1, np.where(r1[sel] & 1, ones, np.uint64(0))))
-    val = np.zeros(n_var, dtype=np.uint64)             # variable 0 is the constant false
-    lat_cur = np.array([l >> 1 for l, _, _ in aig.latches], dtype=np.int64)
-    lat_next = np.array([n for _, n, _ in aig.latches], dtype=np.int64)
-    state = np.array([ones if i == 1 else np.uint64(0) for _, _, i in aig.latches], dtype=np.uint64)
-    outs = np.array(aig.outputs, dtype=np.int64)
+    sim = AigSim(aig)
     zero = np.zeros(RESET_CYCLES + CYCLES, dtype=np.uint64)
-    ins = [(lit >> 1, stim.get(aig.input_names.get(i), zero)) for i, lit in enumerate(aig.inputs)]
+    words = np.array([stim.get(aig.input_names.get(i), zero) for i in range(len(aig.inputs))],
+                     dtype=np.uint64).reshape(len(aig.inputs), -1)
+    every = np.arange(len(aig.inputs))
     lat_trace = np.zeros((len(aig.latches), CYCLES), dtype=np.uint64)
     out_trace = np.zeros((len(aig.outputs), CYCLES), dtype=np.uint64)
-
-    def lit_value(lits):
-        return val[lits >> 1] ^ np.where(lits & 1, ones, np.uint64(0))
-
     for t in range(RESET_CYCLES + CYCLES):
-        for var, words in ins:
-            val[var] = words[t]
-        val[lat_cur] = state
-        for a, b, mb, c, mc in groups:
-            val[a] = (val[b] ^ mb) & (val[c] ^ mc)
+        sim.set(every, words[:, t])
+        sim.eval()
         if t >= RESET_CYCLES:
-            lat_trace[:, t - RESET_CYCLES] = state
-            out_trace[:, t - RESET_CYCLES] = lit_value(outs)
-        state = lit_value(lat_next)
+            lat_trace[:, t - RESET_CYCLES] = sim.state
+            out_trace[:, t - RESET_CYCLES] = sim.outputs()
+        sim.step()
     return lat_trace, out_trace
 
 

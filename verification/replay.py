@@ -1,0 +1,421 @@
+"""Gate-level replay: the synthesised netlist, part by part, through every cycle of an RTL run of the chip.
+
+    python -m verification.replay --synth build/synth --rtl build/rtl [--out build/replay] [--trace <vcd>]
+                                                                                       (make replay)
+
+A chip netlist is too large for Verilator here (verification.gatesim, docs/power.md), so its gate-level run is a
+cycle simulation of and-inverter graphs instead: each synthesis part's netlist, with every cell replaced by its
+model from the liberty (flow.cell_models, the same models gatesim and verification.equiv use), is turned into a
+graph by Yosys (``write_aiger``; cached per part), and the parts are simulated together (verification.aig):
+the chip's parts wired to each other as the top part instantiates them, the ``msh_sram`` / ``msh_rom`` macros as
+the behavioural models of SPEC §5 (synchronous read with the old contents on a same-cycle write, per-byte write
+enables; ROMs combinational, read from their ``rtl/roms`` files). The chip's inputs in each cycle are those of an
+RTL simulation of the same run (its top-level ports recorded with Verilator's ``--trace``, verification.vcd), and
+every output bit of the netlist is compared with the RTL's in every cycle after reset. As the testbench's
+inputs depend only on the chip's outputs, equal outputs in every cycle mean the netlist, given the testbench,
+runs the same run: bit-exact where the RTL run was.
+
+Within a cycle the parts are evaluated until no signal between them changes (a part's outputs can depend on
+another's in the same cycle, a ROM's data on the address its part drives); a loop that does not settle stops the
+run. Flip-flops start at 0, as Verilator starts the RTL's, and the comparison starts once reset has been applied.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from flow.cell_models import DEFAULT_OUT as CELL_MODELS_OUT
+from flow.cell_models import ensure_models
+from verification.aig import AigSim, read_aig
+from verification.equiv import CUT_MACROS, REPO, Job, jobs_of
+from verification.vcd import Cycles, read_cycles
+
+MAX_ROUNDS = 16                 # evaluations of the parts within one cycle before it counts as a combinational loop
+RESET = "rst_n"                 # the chip's reset (SPEC §2), active low
+SHOW_MISMATCHES = 20
+# A part's netlist as a graph: cell models in, the macros and the other parts it instantiates cut out at their pins
+# (each pin a port named <instance>.<pin>), flip-flops plain, undriven bits 0
+GRAPH_PASSES = ("proc", "flatten", "opt_clean", "{cut}", "setundef -undriven -zero", "techmap", "opt -fast",
+                "dffunmap", "aigmap", "setundef -zero", "opt_clean")
+WRITE_GRAPH = "write_aiger -ascii -no-sort"     # outputs in port order (complete_outputs)
+
+
+class ReplayError(RuntimeError):
+    """The replay cannot start or cannot continue (missing synthesis, unknown pin, a loop that does not settle)."""
+
+
+def graph_script(job: Job, cells: Path, stubs: Path | None, aag: Path, symbols: Path) -> list[str]:
+    cut = CUT_MACROS + "".join(f" t:{b}" for b in job.boxes)
+    return [f"read_verilog -lib {job.macro_stubs}", *([f"read_verilog -lib {stubs}"] if stubs else []),
+            f"read_verilog -sv {cells}", f"read_verilog {job.netlist}", f"hierarchy -top {job.top}",
+            *(p.format(cut=cut) for p in GRAPH_PASSES), f"{WRITE_GRAPH} -map {symbols} {aag}"]
+
+
+def _graph_worker(script_json: str, ports: str | None = None) -> None:
+    """Runs in the child: the passes of one part's graph; with ``ports``, the top module's output ports (name,
+    width, in port order) are written there as JSON before the last pass (``complete_outputs`` needs them)."""
+    from pyosys import libyosys as ys
+
+    from flow.cli import die_with_parent
+    die_with_parent()
+    design = ys.Design()
+    script = json.loads(script_json)
+    for k, cmd in enumerate(script):
+        if ports and k == len(script) - 1:
+            m = design.top_module()
+            outs = [(p.str()[1:], m.wire(p).width) for p in m.ports if m.wire(p).port_output]
+            Path(ports).write_text(json.dumps(outs))
+        print(f"@@PASS {cmd}", flush=True)
+        ys.run_pass(cmd, design)
+
+
+def complete_outputs(aig, ports: list[tuple[str, int]], where: Path) -> None:
+    """Name the outputs ``write_aiger -map`` leaves unnamed (those driven by a constant) from the output ports in
+    port order: with ``-no-sort`` it writes them port by port, the most significant bit first. Every output the
+    map does name must sit where that order puts it, or the graph is refused."""
+    order = [(name, bit) for name, width in ports for bit in reversed(range(width))]
+    if len(order) != len(aig.outputs):
+        raise ReplayError(f"{where}: {len(aig.outputs)} outputs, the output ports have {len(order)} bits")
+    wrong = [(k, named, order[k]) for k, named in aig.output_names.items() if order[k] != named]
+    if wrong:
+        raise ReplayError(f"{where}: write_aiger's output order is not the port order assumed (first: output "
+                          f"{wrong[0][0]} is {wrong[0][1]}, expected {wrong[0][2]})")
+    aig.output_names = dict(enumerate(order))
+
+
+def part_graph(job: Job, folder: Path, cells: Path):
+    """The graph of one part (``GRAPH_PASSES``), from ``folder`` when its netlist, cell models and passes are the
+    same as when it was made."""
+    key = hashlib.sha256()
+    for f in (job.netlist, cells):
+        key.update(f.read_bytes())
+    key.update(json.dumps([GRAPH_PASSES, WRITE_GRAPH, job.boxes, job.box_stubs]).encode())
+    stem = f"{job.top}-{key.hexdigest()[:16]}"          # (the part's name has dots: no with_suffix)
+    aag, symbols, ports = folder / f"{stem}.aag", folder / f"{stem}.map", folder / f"{stem}.ports.json"
+    if not (aag.is_file() and symbols.is_file() and ports.is_file()):
+        folder.mkdir(parents=True, exist_ok=True)
+        stubs = None
+        if job.boxes:
+            stubs = folder / f"{stem}.boxes.v"
+            stubs.write_text(job.box_stubs)
+        tmp_aag, tmp_sym = folder / f"{stem}.aag.tmp", folder / f"{stem}.map.tmp"
+        script = graph_script(job, cells, stubs, tmp_aag, tmp_sym)
+        log = folder / f"{stem}.log"
+        with log.open("w") as fh:
+            proc = subprocess.run([sys.executable, "-c", "from verification.replay import _graph_worker; "
+                                   f"_graph_worker({json.dumps(json.dumps(script))}, {str(ports)!r})"], stdout=fh,
+                                  stderr=subprocess.STDOUT, cwd=REPO)
+        if proc.returncode != 0 or not tmp_aag.is_file():
+            raise ReplayError(f"part {job.top}: Yosys could not write its graph (exit {proc.returncode}); see {log}")
+        tmp_sym.replace(symbols)
+        tmp_aag.replace(aag)
+    aig = read_aig(aag, symbols)
+    complete_outputs(aig, json.loads(ports.read_text()), aag)
+    return aig
+
+
+def read_memh(path: Path, depth: int) -> list[int]:
+    """A ``$readmemh`` file: hex words, ``@address`` jumps, ``//`` comments; unset words 0."""
+    words, addr = [0] * depth, 0
+    for line in Path(path).read_text().splitlines():
+        for tok in line.split("//")[0].split():
+            if tok.startswith("@"):
+                addr = int(tok[1:], 16)
+            else:
+                if addr < depth:
+                    words[addr] = int(tok.replace("_", ""), 16)
+                addr += 1
+    return words
+
+
+@dataclass
+class Pin:
+    """A port of a part's graph, bit by bit: the graph's input or output index of each bit (bit 0 first)."""
+    part: int
+    index: np.ndarray
+
+    def value(self, outs: list[np.ndarray]) -> int:
+        bits = (outs[self.part][self.index] & np.uint64(1)).astype(np.uint8)
+        return int.from_bytes(np.packbits(bits, bitorder="little").tobytes(), "little")
+
+
+def _bits(value: int, width: int) -> np.ndarray:
+    raw = np.frombuffer(value.to_bytes((width + 7) // 8, "little"), dtype=np.uint8)
+    return np.unpackbits(raw, bitorder="little")[:width].astype(np.uint64)
+
+
+@dataclass
+class Macro:
+    """One ``msh_sram`` / ``msh_rom`` (SPEC §5): its pins on the part that instantiates it, and its contents."""
+    path: str
+    kind: str
+    depth: int
+    width: int
+    part: int                                               # the part that instantiates it
+    ins: dict[str, Pin] = field(default_factory=dict)       # pins the part drives (addresses, data, enables)
+    outs: dict[str, Pin] = field(default_factory=dict)      # read data, into the part
+    words: list[int] = field(default_factory=list)
+    rdata: int = 0
+    reads: int = 0
+    writes: int = 0
+
+
+def _pins(names: dict[int, tuple[str, int]], part: int) -> dict[str, Pin]:
+    """The graph's ports by name, each a Pin with its bits' indices in bit order."""
+    by = {}
+    for idx, (name, bit) in names.items():
+        by.setdefault(name, {})[bit] = idx
+    return {n: Pin(part, np.array([b[k] for k in sorted(b)], dtype=np.int64)) for n, b in by.items()}
+
+
+class Chip:
+    """The netlist's parts as graphs, wired as the top part instantiates them, with the macros (module docstring)."""
+
+    def __init__(self, synth_dir: Path, rtl_dir: Path, graphs: Path, cells: Path, log=print):
+        r = json.loads((Path(synth_dir) / "synth.json").read_text())
+        jobs = jobs_of(Path(synth_dir))
+        order = sorted(jobs, key=lambda j: (j.top != r["top"], j.top))      # the top part first
+        self.tops = [j.top for j in order]
+        self.sims, self.ins, self.outs = [], [], []
+        for k, job in enumerate(order):
+            t0 = time.monotonic()
+            aig = part_graph(job, graphs, cells)
+            log(f"[replay] graph {k + 1}/{len(order)} {job.top}: {len(aig.ands):,} and-gates, "
+                f"{len(aig.latches):,} flip-flops ({time.monotonic() - t0:.0f} s)")
+            self.sims.append(AigSim(aig))
+            self.ins.append(_pins(aig.input_names, k))
+            self.outs.append(_pins(aig.output_names, k))
+        macros = {m["path"]: m for m in r["macros"]["instances"]}
+        part_of = {top: k for k, top in enumerate(self.tops)}
+        self.links: list[list[tuple[Pin, Pin]]] = [[] for _ in order]      # per source part: (from, to)
+        self.macros: list[Macro] = []
+        for k, top in enumerate(self.tops):
+            cut: dict[str, dict[str, str]] = {}
+            for name in [*self.ins[k], *self.outs[k]]:
+                if "." in name:
+                    inst, pin = name.rsplit(".", 1)
+                    cut.setdefault(inst, {})[pin] = name
+            for inst, pins in sorted(cut.items()):
+                full = f"{top}.{inst}"
+                if full in part_of:
+                    self._wire_child(k, inst, part_of[full])
+                elif full in macros:
+                    self.macros.append(self._macro(k, inst, macros[full], Path(rtl_dir)))
+                else:
+                    raise ReplayError(f"part {top}: cut instance {inst!r} ({full}) is neither a part nor a macro "
+                                      "of synth.json")
+        self.top_in = {n: p for n, p in self.ins[0].items() if "." not in n}
+        self.top_out = {n: p for n, p in self.outs[0].items() if "." not in n}
+
+    def _wire_child(self, parent: int, inst: str, child: int) -> None:
+        for name, pin in self.ins[child].items():        # what the parent gives the child
+            src = self.outs[parent].get(f"{inst}.{name}")
+            if src is None:
+                raise ReplayError(f"{self.tops[child]}: input {name} is not driven by {self.tops[parent]}")
+            self.links[parent].append((src, pin))
+        for name, pin in self.outs[child].items():       # what the child returns
+            dst = self.ins[parent].get(f"{inst}.{name}")
+            if dst is not None:
+                self.links[child].append((pin, dst))
+
+    def _macro(self, part: int, inst: str, rec: dict, rtl_dir: Path) -> Macro:
+        m = Macro(rec["path"], rec["type"], int(rec["depth"]), int(rec["width"]), part)
+        for name, pin in self.outs[part].items():
+            if name.startswith(inst + ".") and name.count(".") == inst.count(".") + 1:
+                m.ins[name.rsplit(".", 1)[1]] = pin
+        for name, pin in self.ins[part].items():
+            if name.startswith(inst + ".") and name.count(".") == inst.count(".") + 1:
+                m.outs[name.rsplit(".", 1)[1]] = pin
+        if m.kind == "msh_rom":
+            init = Path(rec["init_file"])
+            tries = [rtl_dir.parent / init, rtl_dir / Path(*init.parts[1:])] if not init.is_absolute() else [init]
+            found = next((t for t in tries if t.is_file()), None)
+            if found is None:
+                raise ReplayError(f"{m.path}: ROM contents {init} not found (tried {[str(t) for t in tries]})")
+            m.words = read_memh(found, m.depth)
+        else:
+            m.words = [0] * m.depth
+        return m
+
+    def _set(self, pin: Pin, words: np.ndarray, dirty: set[int]) -> None:
+        sim = self.sims[pin.part]
+        cur = sim.val[sim.in_vars[pin.index]]
+        if not np.array_equal(cur, words):
+            sim.set(pin.index, words)
+            dirty.add(pin.part)
+
+    def _rom_reads(self, part: int, outs: list[np.ndarray], dirty: set[int]) -> None:
+        for m in self.macros:
+            if m.kind != "msh_rom" or m.part != part:
+                continue
+            for port in ("1", "2"):
+                if f"raddr{port}" in m.ins and f"rdata{port}" in m.outs:
+                    a = m.ins[f"raddr{port}"].value(outs)
+                    self._set(m.outs[f"rdata{port}"], _bits(m.words[a] if a < m.depth else 0, m.width), dirty)
+
+    def cycle(self, top_inputs: dict[str, np.ndarray]) -> tuple[list[np.ndarray], int]:
+        """One clock cycle: inputs in, the parts evaluated (the lowest-numbered changed one first) until nothing
+        between them changes; returns every part's outputs before the edge and the most evaluations a part took,
+        then clocks the flip-flops and the macros."""
+        dirty = set(range(len(self.sims)))
+        for name, words in top_inputs.items():
+            self._set(self.top_in[name], words, dirty)
+        for m in self.macros:
+            if m.kind == "msh_sram":
+                self._set(m.outs["rdata"], _bits(m.rdata, m.width), dirty)
+        outs: list[np.ndarray] = [None] * len(self.sims)
+        evals = [0] * len(self.sims)
+        while dirty:
+            k = min(dirty)
+            dirty.discard(k)
+            evals[k] += 1
+            if evals[k] > MAX_ROUNDS:
+                raise ReplayError(f"{self.tops[k]} evaluated {MAX_ROUNDS} times in one cycle and its inputs still "
+                                  f"change (also changing: {[self.tops[j] for j in sorted(dirty)]}): a "
+                                  "combinational loop between parts")
+            self.sims[k].eval()
+            outs[k] = self.sims[k].outputs()
+            for src, dst in self.links[k]:
+                self._set(dst, outs[k][src.index] & np.uint64(1), dirty)
+            self._rom_reads(k, outs, dirty)
+        for m in self.macros:
+            if m.kind == "msh_sram":
+                self._clock_sram(m, outs)
+        for sim in self.sims:
+            sim.step()
+        return outs, max(evals)
+
+    @staticmethod
+    def _clock_sram(m: Macro, outs: list[np.ndarray]) -> None:
+        if m.ins["re"].value(outs):
+            a = m.ins["raddr"].value(outs)
+            m.rdata = m.words[a] if a < m.depth else 0
+            m.reads += 1
+        if m.ins["we"].value(outs):
+            a = m.ins["waddr"].value(outs)
+            if a < m.depth:
+                strobe, data, word = m.ins["wstrb"].value(outs), m.ins["wdata"].value(outs), m.words[a]
+                for b in range(m.width // 8):
+                    if strobe >> b & 1:
+                        word = word & ~(0xFF << 8 * b) | (data & 0xFF << 8 * b)
+                m.words[a] = word
+            m.writes += 1
+
+
+def replay(chip: Chip, cycles: Cycles, log=print) -> dict:
+    """Every cycle of ``cycles`` through ``chip``: the RTL's inputs in, every output bit compared with the RTL's
+    (where it is known) from the first cycle after reset; stops at the first cycle that differs."""
+    missing = sorted(set(chip.top_in) - set(cycles.bits))
+    if missing:
+        raise ReplayError(f"the trace lacks the chip inputs {missing}: record the top-level ports (--trace-depth 1)")
+    words = {n: cycles.bits[n][:, :len(p.index)].astype(np.uint64) for n, p in chip.top_in.items()}
+    reset = cycles.bits[RESET][:, 0] if RESET in cycles.bits else None
+    if reset is None or not (reset == 0).any():
+        raise ReplayError(f"the trace never asserts {RESET} (low): the netlist's state would not be defined")
+    start = int(np.argmax(reset == 0))
+    start += int(np.argmax(reset[start:] == 1))
+    t0, last, worst, compared, first = time.monotonic(), time.monotonic(), 0, 0, None
+    for t in range(cycles.n):
+        outs, rounds = chip.cycle({n: w[t] for n, w in words.items()})
+        worst = max(worst, rounds)
+        if t >= start:
+            compared += 1
+            bad = []
+            for name, pin in chip.top_out.items():
+                got = (outs[0][pin.index] & np.uint64(1)).astype(np.uint8)
+                exp, known = cycles.bits[name][t, :len(pin.index)], cycles.known[name][t, :len(pin.index)]
+                diff = np.nonzero(known & (got != exp))[0]
+                if len(diff):
+                    bad.append({"port": name, "bits": diff[:SHOW_MISMATCHES].tolist(),
+                                "netlist": _word(got), "rtl": _word(exp)})
+            if bad:
+                first = {"cycle": t, "ports": bad}
+                break
+        if time.monotonic() - last > 10:
+            last = time.monotonic()
+            log(f"[replay] cycle {t + 1:,}/{cycles.n:,} ({(t + 1) / (last - t0):,.0f} cycles/s)")
+    return {"cycles": cycles.n, "compared_from": start, "compared": compared, "equal": first is None,
+            "first_difference": first, "max_evaluations_per_cycle": worst, "run_s": round(time.monotonic() - t0, 1),
+            "macros": {m.path: {"reads": m.reads, "writes": m.writes} for m in chip.macros if m.kind == "msh_sram"}}
+
+
+def _word(bits: np.ndarray) -> str:
+    return hex(int.from_bytes(np.packbits(bits.astype(np.uint8), bitorder="little").tobytes(), "little"))
+
+
+def record_run(rtl_dir: Path, out: Path, seq_len: int | None = None) -> tuple[Path, dict]:
+    """The RTL simulation of the chip's short run (SPEC §8's public seed, the ``short`` timing profile) with its
+    top-level ports recorded into ``out/trace.vcd``; returns the trace and the run's report (bit-exact or not)."""
+    from nano_k3.config import preset
+    from rtl_gen import read_config, read_filelist
+    from verification.chip_run import chip_sources, run_chip_sim, run_length
+    from verification.chip_sim import SHORT_LEN, preset_of
+    from verification.chip_tb import RunSpec
+
+    cfg, _ = read_config(rtl_dir / "config.json")
+    name = preset_of(cfg)
+    run = RunSpec(seq_len=seq_len or run_length(preset(name), SHORT_LEN), profile="short", config=name)
+    trace = out / "trace.vcd"
+    trace.unlink(missing_ok=True)
+    res = run_chip_sim("replay-rtl", chip_sources(read_filelist(rtl_dir / cfg["files"]["filelist"])), cfg["top"],
+                       [run], rtl_dir=rtl_dir, build_dir=out / "rtl_sim", trace=trace)
+    report = next(iter(res.reports.values()), None)
+    if not res.passed or report is None or not trace.is_file():
+        raise ReplayError(f"the RTL run {run.name} did not pass (or left no trace); see {res.log}")
+    return trace, report
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m verification.replay", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--synth", type=Path, required=True, help="flow.synth folder of the chip (synth.json, parts)")
+    ap.add_argument("--rtl", type=Path, required=True, help="the RTL folder it was synthesised from (ROM files)")
+    ap.add_argument("--out", type=Path, default=REPO / "build" / "replay")
+    ap.add_argument("--trace", type=Path, help="a VCD of the chip's top-level ports to replay (default: simulate "
+                    "the RTL's short run and record one)")
+    ap.add_argument("--seq-len", type=int, help="positions of the recorded run (default: the short run's)")
+    ap.add_argument("--cell-models", type=Path, default=CELL_MODELS_OUT)
+    args = ap.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    try:
+        rtl_run = None
+        if args.trace is None:
+            print(f"[replay] RTL run with the top-level ports traced ({args.rtl}) ...", flush=True)
+            args.trace, rtl_run = record_run(args.rtl.resolve(), args.out.resolve(), args.seq_len)
+        rtl_s = time.monotonic() - t0
+        cycles = read_cycles(args.trace)
+        print(f"[replay] {args.trace}: {cycles.n:,} cycles", flush=True)
+        t1 = time.monotonic()
+        chip = Chip(args.synth, args.rtl.resolve(), args.out / "graphs", ensure_models(args.cell_models).verilog)
+        graphs_s = time.monotonic() - t1
+        rec = replay(chip, cycles)
+    except ReplayError as e:
+        print(f"verification.replay: error: {e}", file=sys.stderr)
+        return 1
+    rec.update({"synth": str(args.synth), "trace": str(args.trace), "parts": chip.tops, "rtl_run": rtl_run and {
+        k: rtl_run.get(k) for k in ("name", "bit_exact", "cycles", "passed")}, "rtl_s": round(rtl_s, 1),
+        "graphs_s": round(graphs_s, 1), "and_gates": sum(len(s.aig.ands) for s in chip.sims),
+        "flip_flops": sum(len(s.aig.latches) for s in chip.sims),
+        "command": "python -m verification.replay " + " ".join(argv if argv is not None else sys.argv[1:])})
+    tmp = args.out / "replay.json.tmp"
+    tmp.write_text(json.dumps(rec, indent=1) + "\n")
+    tmp.replace(args.out / "replay.json")
+    verdict = "equal to the RTL in every compared cycle" if rec["equal"] else \
+        f"DIFFERS from the RTL at cycle {rec['first_difference']['cycle']}: {rec['first_difference']['ports']}"
+    print(f"[replay] netlist ({len(chip.tops)} parts, {rec['and_gates']:,} and-gates, {rec['flip_flops']:,} "
+          f"flip-flops): {rec['compared']:,} of {rec['cycles']:,} cycles compared, {verdict}; graphs "
+          f"{graphs_s:.0f} s, replay {rec['run_s']:.0f} s")
+    return 0 if rec["equal"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
