@@ -26,7 +26,7 @@ BOUNDARIES_CMD = $(PY) -m flow.boundaries --place $(BUILD)/place
 REPORT_CMD  = $(PY) -m flow.report --build $(BUILD) --out $(BUILD)/report
 
 # Steps that need the PDK check it first, so a bad NANGATE45_PDK stops them before any work.
-.PHONY: setup pdk doctor rtl lint sim generate synth sta report readme demo test blocks place signoff pnr bench gatesim \
+.PHONY: setup pdk doctor rtl lint sim generate synth sta report readme demo test blocks place signoff pnr bench gatesim replay \
         power equiv dse dse-validate test-nano clean
 
 setup: $(STAMP)
@@ -93,6 +93,12 @@ demo: pdk
 # under the block's own cocotb testbench (verification/gatesim.py).
 gatesim: synth
 	$(PY) -m verification.gatesim --synth $(BUILD)/synth --block $(BLOCK) --out $(BUILD)/gatesim
+
+# Gate-level replay of the whole chip (verification/replay.py): the synthesised netlist, part by part as
+# and-inverter graphs with the SPEC macros, through every cycle of the RTL's short run (its top-level ports recorded
+# by Verilator); every output bit compared with the RTL's in every cycle.
+replay: synth
+	$(PY) -m verification.replay --synth $(BUILD)/synth --rtl $(BUILD)/rtl --out $(BUILD)/replay
 
 # Power from measured switching activity (flow/power.py): each engine of POWER_BLOCKS emitted at POWER_PRESET,
 # synthesised, its netlist run under its own testbench with toggle counts, priced by OpenSTA at the typical corner.

@@ -35,6 +35,7 @@ from flow.report_summary import (ARGMAX_GATE, COSINE_GATE, K3_TOKENS_PER_S, PORT
                                  READ_ROOFLINE_TOKENS_PER_S, brief, fmt, passed, placed_corners, placed_text,
                                  placement, summary)
 from verification.equiv import md_equiv
+from verification.replay import md_replay
 
 # stage -> (file under the build folder, the command that produces it, top-level keys the report reads).
 # A producer that records its own "command" in the file is quoted by that instead.
@@ -57,6 +58,7 @@ STAGES = {
     "generate": ("generate/generate.json", "make generate", ("texts", "perplexity")),
     "power": ("power/power.json", "make power", ("total_mW", "engines", "scope")),
     "equiv": ("equiv/equiv.json", "make equiv", ("blocks",)),
+    "replay": ("replay/replay.json", "make replay", ("equal", "cycles", "compared")),
     "boundaries": ("place/boundaries.json", BOUNDARIES_COMMAND.format(place="{build}/place"),
                    ("pairs", "unregistered", "registers_to_add")),
 }
@@ -419,6 +421,7 @@ def markdown(stages: dict, figs: list[dict]) -> str:
     md += md_signoff(stages, lambda section: _embed(figs, section)) + _md_runtime(stages)
     md += md_power(stages, lambda section: _embed(figs, section)) + md_equiv(stages["equiv"]["data"],
                                                                                stages["equiv"]["command"])
+    md += md_replay(stages["replay"]["data"], stages["replay"]["command"])
     md += _md_blocks(stages) + _md_orfs(stages) + _md_generate(stages)
     return "\n".join(md) + "\n"
 

@@ -131,6 +131,39 @@ def test_a_rom_black_box_is_cut_out_and_its_address_checked(tmp_path):
     assert wrong["status"] == "unproven" and wrong["equiv_unproven"] > 0, wrong
 
 
+# A macro wider than the stub's defaults (DEPTH 16, WIDTH 8): its address is cut out at full width (the stubs are
+# read deferred, each instance gets a module of its own parameters), so a wrong top address bit is caught; with the
+# defaults it would be cut to its 4 low bits and the wrong netlist proven.
+WIDE_ROM_RTL = """module acc(input clk, input [5:0] d, output o);
+  reg [5:0] q;
+  wire [15:0] r;
+  msh_rom #(.DEPTH(64), .WIDTH(16)) rom (.raddr1(q), .rdata1(r), .raddr2(6'd0), .rdata2());
+  always @(posedge clk) q <= d;
+  assign o = r[12] ^ q[0];
+endmodule
+"""
+
+
+def _wide_rom_netlist(top_bit: str) -> str:
+    flops = "".join(f"  DFF_X1 f{i} (.D(d[{i}]), .CK(clk), .Q(q[{i}]), .QN());\n" for i in range(6))
+    return f"""module acc(clk, d, o);
+  input clk; input [5:0] d; output o;
+  wire [5:0] q; wire [15:0] r;
+{flops}  msh_rom #(.DEPTH(64), .WIDTH(16)) rom (.raddr1({{{top_bit}, q[4:0]}}), .rdata1(r), .raddr2(6'd0), .rdata2());
+  XOR2_X1 x (.A(r[12]), .B(q[0]), .Z(o));
+endmodule
+"""
+
+
+def test_a_wide_macro_is_cut_out_at_its_full_width(tmp_path):
+    right = check(_job(tmp_path, "wide", _wide_rom_netlist("q[5]"), WIDE_ROM_RTL, ROM_STUB), tmp_path / "out",
+                  timeout_s=120)
+    assert right["status"] == "proven" and right["equiv_unproven"] == 0, right
+    wrong = check(_job(tmp_path, "wide-wrong", _wide_rom_netlist("q[4]"), WIDE_ROM_RTL, ROM_STUB),
+                  tmp_path / "out-w", timeout_s=120)
+    assert wrong["status"] == "unproven" and wrong["equiv_unproven"] > 0, wrong
+
+
 # Amaranth names some registers with a `$` (`$signal`) and synthesis keeps the name on the register's Q net: such
 # a register must stay paired (hidden like the other `$` names, this one, which holds its value under an enable and
 # shows at the output only when `f` is set, would be free state: no induction over a bounded number of steps

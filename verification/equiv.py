@@ -60,7 +60,11 @@ from verification import equiv_pairs
 
 REPO = Path(__file__).resolve().parent.parent
 MEMORY_LIMIT = 3 << 30          # bytes of address space per Yosys proof
-CUT_MACROS = "expose -evert t:msh_rom t:msh_sram"       # macro pins become ports of the same names in both
+# The macro stubs are read deferred (READ_MACRO_STUBS) so that each instance gets a module of its own parameters:
+# otherwise the stubs' default widths (DEPTH 16, WIDTH 8) would cut a wider pin to its low bits. Then each macro pin
+# becomes a port of the same name in both designs.
+READ_MACRO_STUBS = "read_verilog -lib -defer"
+CUT_MACROS = "expose -evert t:msh_rom t:msh_sram t:$paramod*\\msh_rom t:$paramod*\\msh_sram"
 # Time steps of the inductions, in turn: one step closes most parts (their registers pair by name); what it
 # leaves, three steps close when it only held in states the design never reaches (the mac input stage: 10 of
 # 373 pairs with one step, all with three)
@@ -139,10 +143,10 @@ def yosys_script(job: Job, cells: Path, keep: dict[str, dict[str, tuple[int, int
     boxes = [f"blackbox {' '.join(job.boxes)}"] if job.boxes else []
     box_lib = [f"read_verilog -lib {stubs}"] if stubs else []
     return [
-        f"read_verilog -lib {job.macro_stubs}", f"read_verilog -sv {rtl}", *boxes, f"hierarchy -top {job.top}",
+        f"{READ_MACRO_STUBS} {job.macro_stubs}", f"read_verilog -sv {rtl}", *boxes, f"hierarchy -top {job.top}",
         "proc", *_public_copies(keep, 0), "flatten", "opt", *MERGE_BITS, hide, "opt_clean", cut, "rename -top gold",
         "design -stash gold",
-        f"read_verilog -lib {job.macro_stubs}", *box_lib, f"read_verilog -sv {cells}", f"read_verilog {job.netlist}",
+        f"{READ_MACRO_STUBS} {job.macro_stubs}", *box_lib, f"read_verilog -sv {cells}", f"read_verilog {job.netlist}",
         f"hierarchy -top {job.top}", "proc", *_public_copies(keep, 1), "flatten", hide, "opt_clean", cut,
         "rename -top gate", "design -stash gate",
         "design -copy-from gold -as gold gold", "design -copy-from gate -as gate gate",

@@ -36,7 +36,7 @@ import numpy as np
 from flow.cell_models import DEFAULT_OUT as CELL_MODELS_OUT
 from flow.cell_models import ensure_models
 from verification.aig import AigSim, read_aig
-from verification.equiv import CUT_MACROS, REPO, Job, jobs_of
+from verification.equiv import CUT_MACROS, READ_MACRO_STUBS, REPO, Job, jobs_of
 from verification.vcd import Cycles, read_cycles
 
 MAX_ROUNDS = 16                 # evaluations of the parts within one cycle before it counts as a combinational loop
@@ -55,7 +55,7 @@ class ReplayError(RuntimeError):
 
 def graph_script(job: Job, cells: Path, stubs: Path | None, aag: Path, symbols: Path) -> list[str]:
     cut = CUT_MACROS + "".join(f" t:{b}" for b in job.boxes)
-    return [f"read_verilog -lib {job.macro_stubs}", *([f"read_verilog -lib {stubs}"] if stubs else []),
+    return [f"{READ_MACRO_STUBS} {job.macro_stubs}", *([f"read_verilog -lib {stubs}"] if stubs else []),
             f"read_verilog -sv {cells}", f"read_verilog {job.netlist}", f"hierarchy -top {job.top}",
             *(p.format(cut=cut) for p in GRAPH_PASSES), f"{WRITE_GRAPH} -map {symbols} {aag}"]
 
@@ -98,7 +98,7 @@ def part_graph(job: Job, folder: Path, cells: Path):
     key = hashlib.sha256()
     for f in (job.netlist, cells):
         key.update(f.read_bytes())
-    key.update(json.dumps([GRAPH_PASSES, WRITE_GRAPH, job.boxes, job.box_stubs]).encode())
+    key.update(json.dumps([READ_MACRO_STUBS, CUT_MACROS, GRAPH_PASSES, WRITE_GRAPH, job.boxes, job.box_stubs]).encode())
     stem = f"{job.top}-{key.hexdigest()[:16]}"          # (the part's name has dots: no with_suffix)
     aag, symbols, ports = folder / f"{stem}.aag", folder / f"{stem}.map", folder / f"{stem}.ports.json"
     if not (aag.is_file() and symbols.is_file() and ports.is_file()):
@@ -139,12 +139,15 @@ def read_memh(path: Path, depth: int) -> list[int]:
 
 @dataclass
 class Pin:
-    """A port of a part's graph, bit by bit: the graph's input or output index of each bit (bit 0 first)."""
+    """A port of a part's graph: the graph's input or output index of each bit it has (``bit``: which bit of the
+    port each is; a graph leaves out input bits nothing reads)."""
     part: int
     index: np.ndarray
+    bit: np.ndarray
 
     def value(self, outs: list[np.ndarray]) -> int:
-        bits = (outs[self.part][self.index] & np.uint64(1)).astype(np.uint8)
+        bits = np.zeros(int(self.bit.max(initial=-1)) + 1, dtype=np.uint8)
+        bits[self.bit] = (outs[self.part][self.index] & np.uint64(1)).astype(np.uint8)
         return int.from_bytes(np.packbits(bits, bitorder="little").tobytes(), "little")
 
 
@@ -174,7 +177,8 @@ def _pins(names: dict[int, tuple[str, int]], part: int) -> dict[str, Pin]:
     by = {}
     for idx, (name, bit) in names.items():
         by.setdefault(name, {})[bit] = idx
-    return {n: Pin(part, np.array([b[k] for k in sorted(b)], dtype=np.int64)) for n, b in by.items()}
+    return {n: Pin(part, np.array([b[k] for k in sorted(b)], dtype=np.int64), np.array(sorted(b), dtype=np.int64))
+            for n, b in by.items()}
 
 
 class Chip:
@@ -217,14 +221,17 @@ class Chip:
         self.top_out = {n: p for n, p in self.outs[0].items() if "." not in n}
 
     def _wire_child(self, parent: int, inst: str, child: int) -> None:
+        """The child's own ports (not the pins of what it cuts out itself) to the parent's pins of ``inst``."""
         for name, pin in self.ins[child].items():        # what the parent gives the child
+            if "." in name:
+                continue
             src = self.outs[parent].get(f"{inst}.{name}")
             if src is None:
                 raise ReplayError(f"{self.tops[child]}: input {name} is not driven by {self.tops[parent]}")
             self.links[parent].append((src, pin))
         for name, pin in self.outs[child].items():       # what the child returns
             dst = self.ins[parent].get(f"{inst}.{name}")
-            if dst is not None:
+            if dst is not None and "." not in name:
                 self.links[child].append((pin, dst))
 
     def _macro(self, part: int, inst: str, rec: dict, rtl_dir: Path) -> Macro:
@@ -247,6 +254,8 @@ class Chip:
         return m
 
     def _set(self, pin: Pin, words: np.ndarray, dirty: set[int]) -> None:
+        """Drive ``pin`` with ``words`` (one per bit of the port, bit 0 first); its part is dirty if that changes."""
+        words = words[pin.bit]
         sim = self.sims[pin.part]
         cur = sim.val[sim.in_vars[pin.index]]
         if not np.array_equal(cur, words):
@@ -285,7 +294,9 @@ class Chip:
             self.sims[k].eval()
             outs[k] = self.sims[k].outputs()
             for src, dst in self.links[k]:
-                self._set(dst, outs[k][src.index] & np.uint64(1), dirty)
+                full = np.zeros(int(max(src.bit.max(initial=-1), dst.bit.max(initial=-1))) + 1, dtype=np.uint64)
+                full[src.bit] = outs[k][src.index] & np.uint64(1)
+                self._set(dst, full, dirty)
             self._rom_reads(k, outs, dirty)
         for m in self.macros:
             if m.kind == "msh_sram":
@@ -317,7 +328,7 @@ def replay(chip: Chip, cycles: Cycles, log=print) -> dict:
     missing = sorted(set(chip.top_in) - set(cycles.bits))
     if missing:
         raise ReplayError(f"the trace lacks the chip inputs {missing}: record the top-level ports (--trace-depth 1)")
-    words = {n: cycles.bits[n][:, :len(p.index)].astype(np.uint64) for n, p in chip.top_in.items()}
+    words = {n: cycles.bits[n].astype(np.uint64) for n in chip.top_in}
     reset = cycles.bits[RESET][:, 0] if RESET in cycles.bits else None
     if reset is None or not (reset == 0).any():
         raise ReplayError(f"the trace never asserts {RESET} (low): the netlist's state would not be defined")
@@ -332,11 +343,11 @@ def replay(chip: Chip, cycles: Cycles, log=print) -> dict:
             bad = []
             for name, pin in chip.top_out.items():
                 got = (outs[0][pin.index] & np.uint64(1)).astype(np.uint8)
-                exp, known = cycles.bits[name][t, :len(pin.index)], cycles.known[name][t, :len(pin.index)]
-                diff = np.nonzero(known & (got != exp))[0]
+                exp, known = cycles.bits[name][t, pin.bit], cycles.known[name][t, pin.bit]
+                diff = pin.bit[np.nonzero(known & (got != exp))[0]]
                 if len(diff):
                     bad.append({"port": name, "bits": diff[:SHOW_MISMATCHES].tolist(),
-                                "netlist": _word(got), "rtl": _word(exp)})
+                                "netlist": hex(pin.value(outs)), "rtl": _word(cycles.bits[name][t])})
             if bad:
                 first = {"cycle": t, "ports": bad}
                 break
@@ -346,6 +357,23 @@ def replay(chip: Chip, cycles: Cycles, log=print) -> dict:
     return {"cycles": cycles.n, "compared_from": start, "compared": compared, "equal": first is None,
             "first_difference": first, "max_evaluations_per_cycle": worst, "run_s": round(time.monotonic() - t0, 1),
             "macros": {m.path: {"reads": m.reads, "writes": m.writes} for m in chip.macros if m.kind == "msh_sram"}}
+
+
+def md_replay(r: dict | None, command: str) -> list[str]:
+    """The report's section: what ran, how many cycles were compared and the verdict."""
+    md = ["## Gate-level replay of the netlist", ""]
+    if r is None:
+        return md + [f"Not run: `{command}` runs the synthesised netlist (every part, the SPEC macros) through the "
+                     "cycles of the RTL's short run and compares every output in every cycle.", ""]
+    run = r.get("rtl_run") or {}
+    verdict = (f"**equal to the RTL in all {r['compared']:,} cycles compared**" if r["equal"] else
+               f"**differs from the RTL at cycle {r['first_difference']['cycle']:,}** "
+               f"({', '.join(p['port'] for p in r['first_difference']['ports'])})")
+    return md + [f"`{r['command']}`: the netlist's {len(r['parts'])} parts ({r['and_gates']:,} and-gates, "
+                 f"{r['flip_flops']:,} flip-flops, the cells' liberty functions) with the SPEC macros, driven by the "
+                 f"inputs of the RTL run {run.get('name', r['trace'])} ({r['cycles']:,} cycles"
+                 + (", bit-exact" if run.get("bit_exact") else "") + f"): {verdict}, from cycle "
+                 f"{r['compared_from']:,} (after reset). Graphs {r['graphs_s']:,.0f} s, replay {r['run_s']:,.0f} s.", ""]
 
 
 def _word(bits: np.ndarray) -> str:
