@@ -113,7 +113,7 @@ def test_the_right_netlist_replays_the_trace_and_a_wrong_one_is_caught(tmp_path,
     assert chip.tops == ["top", "top.child"] and {m.path for m in chip.macros} == {"top.lut", "top.ram"}
     rec = replay(chip, cycles, log=lambda _: None)
     assert rec["equal"] and rec["compared"] == 199 - 2, rec
-    assert rec["max_evaluations_per_cycle"] >= 2          # the child's data needs the ROM's, within the cycle
+    assert rec["max_rounds_per_cycle"] >= 2       # the child's data needs the ROM's, within the cycle
     assert rec["macros"]["top.ram"]["reads"] == 199 and rec["macros"]["top.ram"]["writes"] > 50, rec
 
     synth, rtl = _design(tmp_path, "wrong", "OR2_X1")

@@ -200,7 +200,8 @@ class Chip:
             self.outs.append(_pins(aig.output_names, k))
         macros = {m["path"]: m for m in r["macros"]["instances"]}
         part_of = {top: k for k, top in enumerate(self.tops)}
-        self.links: list[list[tuple[Pin, Pin]]] = [[] for _ in order]      # per source part: (from, to)
+        # per source part, per destination part: the source's output indices and the destination's input indices
+        self.links: list[dict[int, tuple[list[int], list[int]]]] = [{} for _ in order]
         self.macros: list[Macro] = []
         for k, top in enumerate(self.tops):
             cut: dict[str, dict[str, str]] = {}
@@ -219,6 +220,14 @@ class Chip:
                                       "of synth.json")
         self.top_in = {n: p for n, p in self.ins[0].items() if "." not in n}
         self.top_out = {n: p for n, p in self.outs[0].items() if "." not in n}
+        self.top_index = np.concatenate([p.index for p in self.top_in.values()]) if self.top_in else np.zeros(0, int)
+        self.link_arrays = [{j: (np.array(a, dtype=np.int64), np.array(b, dtype=np.int64)) for j, (a, b) in d.items()}
+                            for d in self.links]
+        self.srams = [m for m in self.macros if m.kind == "msh_sram"]
+        self.roms: dict[int, list[Macro]] = {}
+        for m in self.macros:
+            if m.kind == "msh_rom":
+                self.roms.setdefault(m.part, []).append(m)
 
     def _wire_child(self, parent: int, inst: str, child: int) -> None:
         """The child's own ports (not the pins of what it cuts out itself) to the parent's pins of ``inst``."""
@@ -228,11 +237,19 @@ class Chip:
             src = self.outs[parent].get(f"{inst}.{name}")
             if src is None:
                 raise ReplayError(f"{self.tops[child]}: input {name} is not driven by {self.tops[parent]}")
-            self.links[parent].append((src, pin))
+            self._link(src, pin)
         for name, pin in self.outs[child].items():       # what the child returns
             dst = self.ins[parent].get(f"{inst}.{name}")
             if dst is not None and "." not in name:
-                self.links[child].append((pin, dst))
+                self._link(pin, dst)
+
+    def _link(self, src: Pin, dst: Pin) -> None:
+        """Each bit ``dst`` has, from the same bit of ``src`` (a graph names every output bit)."""
+        where = dict(zip(src.bit.tolist(), src.index.tolist()))
+        outs, ins = self.links[src.part].setdefault(dst.part, ([], []))
+        for b, idx in zip(dst.bit.tolist(), dst.index.tolist()):
+            outs.append(where[b])
+            ins.append(idx)
 
     def _macro(self, part: int, inst: str, rec: dict, rtl_dir: Path) -> Macro:
         m = Macro(rec["path"], rec["type"], int(rec["depth"]), int(rec["width"]), part)
@@ -253,57 +270,57 @@ class Chip:
             m.words = [0] * m.depth
         return m
 
-    def _set(self, pin: Pin, words: np.ndarray, dirty: set[int]) -> None:
-        """Drive ``pin`` with ``words`` (one per bit of the port, bit 0 first); its part is dirty if that changes."""
-        words = words[pin.bit]
-        sim = self.sims[pin.part]
-        cur = sim.val[sim.in_vars[pin.index]]
-        if not np.array_equal(cur, words):
-            sim.set(pin.index, words)
-            dirty.add(pin.part)
+    def _drive(self, part: int, index: np.ndarray, words: np.ndarray) -> bool:
+        """Set inputs ``index`` of ``part`` to ``words``; whether any changed."""
+        sim = self.sims[part]
+        if np.array_equal(sim.val[sim.in_vars[index]], words):
+            return False
+        sim.set(index, words)
+        return True
 
-    def _rom_reads(self, part: int, outs: list[np.ndarray], dirty: set[int]) -> None:
-        for m in self.macros:
-            if m.kind != "msh_rom" or m.part != part:
-                continue
+    def _rom_reads(self, part: int, outs: list[np.ndarray]) -> bool:
+        """The ROMs of ``part`` read at the addresses it now drives; whether any read data changed."""
+        changed = False
+        for m in self.roms.get(part, ()):
             for port in ("1", "2"):
                 if f"raddr{port}" in m.ins and f"rdata{port}" in m.outs:
-                    a = m.ins[f"raddr{port}"].value(outs)
-                    self._set(m.outs[f"rdata{port}"], _bits(m.words[a] if a < m.depth else 0, m.width), dirty)
+                    a, pin = m.ins[f"raddr{port}"].value(outs), m.outs[f"rdata{port}"]
+                    word = _bits(m.words[a] if a < m.depth else 0, m.width)
+                    changed |= self._drive(part, pin.index, word[pin.bit])
+        return changed
 
-    def cycle(self, top_inputs: dict[str, np.ndarray]) -> tuple[list[np.ndarray], int]:
-        """One clock cycle: inputs in, the parts evaluated (the lowest-numbered changed one first) until nothing
-        between them changes; returns every part's outputs before the edge and the most evaluations a part took,
-        then clocks the flip-flops and the macros."""
-        dirty = set(range(len(self.sims)))
-        for name, words in top_inputs.items():
-            self._set(self.top_in[name], words, dirty)
-        for m in self.macros:
-            if m.kind == "msh_sram":
-                self._set(m.outs["rdata"], _bits(m.rdata, m.width), dirty)
+    def cycle(self, top_words: np.ndarray) -> tuple[list[np.ndarray], int]:
+        """One clock cycle: the chip's inputs (``top_words``, in ``top_index`` order) in, then rounds of evaluating
+        the parts whose inputs changed (the top part first, then the parts it instantiates, with what it gave
+        them) until nothing between them changes; returns every part's outputs before the edge and the number
+        of rounds, then clocks the flip-flops and the macros."""
+        self._drive(0, self.top_index, top_words)
+        for m in self.srams:
+            pin = m.outs["rdata"]
+            self._drive(m.part, pin.index, _bits(m.rdata, m.width)[pin.bit])
         outs: list[np.ndarray] = [None] * len(self.sims)
-        evals = [0] * len(self.sims)
-        while dirty:
-            k = min(dirty)
-            dirty.discard(k)
-            evals[k] += 1
-            if evals[k] > MAX_ROUNDS:
-                raise ReplayError(f"{self.tops[k]} evaluated {MAX_ROUNDS} times in one cycle and its inputs still "
-                                  f"change (also changing: {[self.tops[j] for j in sorted(dirty)]}): a "
-                                  "combinational loop between parts")
-            self.sims[k].eval()
-            outs[k] = self.sims[k].outputs()
-            for src, dst in self.links[k]:
-                full = np.zeros(int(max(src.bit.max(initial=-1), dst.bit.max(initial=-1))) + 1, dtype=np.uint64)
-                full[src.bit] = outs[k][src.index] & np.uint64(1)
-                self._set(dst, full, dirty)
-            self._rom_reads(k, outs, dirty)
-        for m in self.macros:
-            if m.kind == "msh_sram":
-                self._clock_sram(m, outs)
+        todo, rounds = list(range(len(self.sims))), 0
+        while todo:
+            rounds += 1
+            if rounds > MAX_ROUNDS:
+                raise ReplayError(f"the parts did not settle in {MAX_ROUNDS} rounds (still changing: "
+                                  f"{[self.tops[k] for k in todo]}): a combinational loop between parts")
+            pending, again = set(todo), set()
+            for k in todo:
+                pending.discard(k)
+                self.sims[k].eval()
+                outs[k] = self.sims[k].outputs()
+                for j, (src, dst) in self.link_arrays[k].items():
+                    if self._drive(j, dst, outs[k][src] & np.uint64(1)) and j not in pending:
+                        again.add(j)
+                if self._rom_reads(k, outs):
+                    again.add(k)
+            todo = sorted(again)
+        for m in self.srams:
+            self._clock_sram(m, outs)
         for sim in self.sims:
             sim.step()
-        return outs, max(evals)
+        return outs, rounds
 
     @staticmethod
     def _clock_sram(m: Macro, outs: list[np.ndarray]) -> None:
@@ -328,7 +345,7 @@ def replay(chip: Chip, cycles: Cycles, log=print) -> dict:
     missing = sorted(set(chip.top_in) - set(cycles.bits))
     if missing:
         raise ReplayError(f"the trace lacks the chip inputs {missing}: record the top-level ports (--trace-depth 1)")
-    words = {n: cycles.bits[n].astype(np.uint64) for n in chip.top_in}
+    words = np.concatenate([cycles.bits[n][:, p.bit] for n, p in chip.top_in.items()], axis=1).astype(np.uint64)
     reset = cycles.bits[RESET][:, 0] if RESET in cycles.bits else None
     if reset is None or not (reset == 0).any():
         raise ReplayError(f"the trace never asserts {RESET} (low): the netlist's state would not be defined")
@@ -336,7 +353,7 @@ def replay(chip: Chip, cycles: Cycles, log=print) -> dict:
     start += int(np.argmax(reset[start:] == 1))
     t0, last, worst, compared, first = time.monotonic(), time.monotonic(), 0, 0, None
     for t in range(cycles.n):
-        outs, rounds = chip.cycle({n: w[t] for n, w in words.items()})
+        outs, rounds = chip.cycle(words[t])
         worst = max(worst, rounds)
         if t >= start:
             compared += 1
@@ -355,7 +372,7 @@ def replay(chip: Chip, cycles: Cycles, log=print) -> dict:
             last = time.monotonic()
             log(f"[replay] cycle {t + 1:,}/{cycles.n:,} ({(t + 1) / (last - t0):,.0f} cycles/s)")
     return {"cycles": cycles.n, "compared_from": start, "compared": compared, "equal": first is None,
-            "first_difference": first, "max_evaluations_per_cycle": worst, "run_s": round(time.monotonic() - t0, 1),
+            "first_difference": first, "max_rounds_per_cycle": worst, "run_s": round(time.monotonic() - t0, 1),
             "macros": {m.path: {"reads": m.reads, "writes": m.writes} for m in chip.macros if m.kind == "msh_sram"}}
 
 
