@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from flow.synth import Part, SynthError, liberty_areas, partition, read_filelist, runner, synthesize
+from flow.synth.driver import part_cache_dir
 from flow.synth.partition import whole
 from flow.synth.sources import part_source, read_source
 
@@ -239,10 +240,12 @@ def regions(tmp_path_factory):
 def test_a_second_synthesis_reuses_every_part(regions, tmp_path, monkeypatch, capsys):
     out, first = regions
     assert [(p["top"], p["reused"]) for p in first["parts"]] == [(t, False) for t in PARTS]
-    assert all(p["reads"] == "own modules" and (Path(first["part_cache"]) / p["digest"] / "meta.json").is_file()
-               for p in first["parts"])
+    cache = part_cache_dir(out, first["part_cache"])
+    assert first["part_cache"] == "../synth_cache" and cache == out.resolve().with_name("synth_cache")   # beside, by default
+    assert all(p["reads"] == "own modules" and (cache / p["digest"] / "meta.json").is_file() for p in first["parts"])
     runs = _yosys_runs(monkeypatch)
-    again = synthesize(DATA / "regions_small", tmp_path / "synth", jobs=2, part_cache=Path(first["part_cache"]))
+    again = synthesize(DATA / "regions_small", tmp_path / "synth", jobs=2,
+                       part_cache=part_cache_dir(out, first["part_cache"]))
     assert runs == []                                        # no Yosys at all: the plan is cached too
     err = capsys.readouterr().err
     for k, p in enumerate(first["parts"], 1):
@@ -261,7 +264,8 @@ def test_an_edited_module_maps_only_its_part_and_equals_a_cold_synthesis(regions
     first_out, first = regions
     rtl = _copy_design("regions_small", tmp_path / "rtl", ("prod <= {p, p ^ {a, b}};", "prod <= {p, p ^ {b, a}};"))
     runs = _yosys_runs(monkeypatch)
-    warm = synthesize(rtl, tmp_path / "warm" / "synth", jobs=2, part_cache=Path(first["part_cache"]))
+    warm = synthesize(rtl, tmp_path / "warm" / "synth", jobs=2,
+                      part_cache=part_cache_dir(first_out, first["part_cache"]))
     assert runs == ["plan", "worker:rs_mul"]
     assert [(p["top"], p["reused"]) for p in warm["parts"]] == [(t, t != "rs_mul") for t in PARTS]
     assert warm["parts"][0]["digest"] != first["parts"][0]["digest"]
@@ -280,7 +284,7 @@ def test_a_damaged_cache_entry_is_not_used(regions, tmp_path, monkeypatch):
     an interrupted run: the two damaged parts are mapped again, the leftover folder removed."""
     out, first = regions
     cache = tmp_path / "cache"
-    shutil.copytree(first["part_cache"], cache)
+    shutil.copytree(part_cache_dir(out, first["part_cache"]), cache)
     mul, acc = (cache / p["digest"] for p in first["parts"][:2])
     net = mul / "netlist.v"
     net.write_bytes(net.read_bytes().replace(b"DFF_X1", b"DFF_X2", 1))

@@ -54,6 +54,7 @@ from pathlib import Path
 
 from flow.cell_models import DEFAULT_OUT as CELL_MODELS_OUT
 from flow.cli import die_with_parent
+from flow.synth.driver import part_cache_dir
 from flow.synth.sources import module_texts
 from flow.cell_models import ensure_models
 from verification import equiv_pairs
@@ -202,14 +203,6 @@ def _part(synth_dir: Path, cache: Path, part: dict) -> Job:
                "".join(modules.get(b, "") for b in boxes))
 
 
-def _part_cache(synth_dir: Path, recorded: str) -> Path:
-    """The part cache synth.json names (relative to where synthesis ran: here, the repository, or beside the
-    synthesis folder, flow.synth's default)."""
-    path = Path(recorded)
-    tries = [path] if path.is_absolute() else [path, REPO / path, synth_dir.parent / path.name]
-    return next((t for t in tries if t.is_dir()), tries[-1])
-
-
 def jobs_of(synth_dir: Path, only: list[str] | None = None) -> list[Job]:
     """The proofs a flow.synth folder asks for: one per part (smallest first) when synthesis mapped the design
     in parts, else the whole netlist. ``only`` keeps the parts whose module name is, or ends in ``.<name>``."""
@@ -222,7 +215,7 @@ def jobs_of(synth_dir: Path, only: list[str] | None = None) -> list[Job]:
         jobs = [_whole(synth_dir, r)]
     else:
         parts = sorted(r["parts"], key=lambda p: p.get("size_estimate") or 0)
-        jobs = [_part(synth_dir, _part_cache(synth_dir, r["part_cache"]), p) for p in parts]
+        jobs = [_part(synth_dir, part_cache_dir(synth_dir, r["part_cache"]), p) for p in parts]
     if only:
         unknown = [n for n in only if not any(j.top == n or j.top.endswith("." + n) for j in jobs)]
         if unknown:

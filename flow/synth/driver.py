@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import shutil
 import time
 from pathlib import Path
@@ -57,6 +58,17 @@ def _reuse(out: Path, done: dict, rtl: RtlInput) -> dict:
     return done
 
 
+def part_cache_dir(synth_dir: Path, recorded: str) -> Path:
+    """The part cache a synth.json names (``part_cache``): relative to the synthesis folder, or absolute; records
+    written before it was relative named it from the working folder of the run, and then the cache is flow.synth's
+    default one, beside the synthesis folder."""
+    path = Path(recorded)
+    if path.is_absolute():
+        return path
+    here = (Path(synth_dir) / path).resolve()
+    return here if here.is_dir() else Path(synth_dir).resolve().with_name(Path(synth_dir).name + "_cache")
+
+
 def synthesize(rtl_dir: Path, out: Path, top: str | None = None, flatten: bool = False, full_adders: bool = False,
                jobs: int | None = None, cache: Path = REPO / "build" / "pdk_cache",
                part_cache: Path | None = None, keep_unused: int | None = KEEP_UNUSED) -> dict:
@@ -107,7 +119,8 @@ def synthesize(rtl_dir: Path, out: Path, top: str | None = None, flatten: bool =
                         "reused": r.reused, "digest": r.digest, "reads": "all files" if t is None else "own modules",
                         "runtime_s": round(r.runtime_s, 2), "mapped_in_s": round(r.mapped_in_s, 2)}
                        for p, r, t in zip(parts, runs, texts)]
-    result["part_cache"] = str(store.root)
+    # relative to the synthesis folder (part_cache_dir), so it resolves whatever the reader's working folder
+    result["part_cache"] = os.path.relpath(store.root.resolve(), out.resolve())
     result["options"]["jobs"] = jobs
     result["inputs_sha256"] = key
     (stage / "synth.json").write_text(json.dumps(result, indent=1) + "\n")
