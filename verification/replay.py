@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import re
 import subprocess
 import sys
 import time
@@ -148,7 +147,12 @@ class Pin:
     def value(self, outs: list[np.ndarray]) -> int:
         bits = np.zeros(int(self.bit.max(initial=-1)) + 1, dtype=np.uint8)
         bits[self.bit] = (outs[self.part][self.index] & np.uint64(1)).astype(np.uint8)
-        return int.from_bytes(np.packbits(bits, bitorder="little").tobytes(), "little")
+        return _int(bits)
+
+
+def _int(bits: np.ndarray) -> int:
+    """The number whose bits (bit 0 first) these are."""
+    return int.from_bytes(np.packbits(bits.astype(np.uint8), bitorder="little").tobytes(), "little")
 
 
 def _bits(value: int, width: int) -> np.ndarray:
@@ -204,12 +208,8 @@ class Chip:
         self.links: list[dict[int, tuple[list[int], list[int]]]] = [{} for _ in order]
         self.macros: list[Macro] = []
         for k, top in enumerate(self.tops):
-            cut: dict[str, dict[str, str]] = {}
-            for name in [*self.ins[k], *self.outs[k]]:
-                if "." in name:
-                    inst, pin = name.rsplit(".", 1)
-                    cut.setdefault(inst, {})[pin] = name
-            for inst, pins in sorted(cut.items()):
+            cut = {name.rsplit(".", 1)[0] for name in [*self.ins[k], *self.outs[k]] if "." in name}
+            for inst in sorted(cut):
                 full = f"{top}.{inst}"
                 if full in part_of:
                     self._wire_child(k, inst, part_of[full])
@@ -364,7 +364,7 @@ def replay(chip: Chip, cycles: Cycles, log=print) -> dict:
                 diff = pin.bit[np.nonzero(known & (got != exp))[0]]
                 if len(diff):
                     bad.append({"port": name, "bits": diff[:SHOW_MISMATCHES].tolist(),
-                                "netlist": hex(pin.value(outs)), "rtl": _word(cycles.bits[name][t])})
+                                "netlist": hex(pin.value(outs)), "rtl": hex(_int(cycles.bits[name][t]))})
             if bad:
                 first = {"cycle": t, "ports": bad}
                 break
@@ -391,10 +391,6 @@ def md_replay(r: dict | None, command: str) -> list[str]:
                  f"inputs of the RTL run {run.get('name', r['trace'])} ({r['cycles']:,} cycles"
                  + (", bit-exact" if run.get("bit_exact") else "") + f"): {verdict}, from cycle "
                  f"{r['compared_from']:,} (after reset). Graphs {r['graphs_s']:,.0f} s, replay {r['run_s']:,.0f} s.", ""]
-
-
-def _word(bits: np.ndarray) -> str:
-    return hex(int.from_bytes(np.packbits(bits.astype(np.uint8), bitorder="little").tobytes(), "little"))
 
 
 def record_run(rtl_dir: Path, out: Path, seq_len: int | None = None) -> tuple[Path, dict]:
