@@ -27,7 +27,7 @@ REPORT_CMD  = $(PY) -m flow.report --build $(BUILD) --out $(BUILD)/report
 
 # Steps that need the PDK check it first, so a bad NANGATE45_PDK stops them before any work.
 .PHONY: setup pdk doctor rtl lint sim generate synth sta report readme demo test blocks place signoff pnr bench gatesim replay \
-        power equiv dse dse-validate test-nano clean
+        chip-power power equiv dse dse-validate test-nano clean
 
 setup: $(STAMP)
 
@@ -99,6 +99,13 @@ gatesim: synth
 # by Verilator); every output bit compared with the RTL's in every cycle.
 replay: synth
 	$(PY) -m verification.replay --synth $(BUILD)/synth --rtl $(BUILD)/rtl --out $(BUILD)/replay
+
+# Power of the whole chip from its own run (flow/chip_power.py): the netlist replays the short run with every cell
+# output's toggles counted, OpenSTA prices the cells at that activity, the fakeram45 tiles come from their liberty;
+# energy per token at make bench's token rate when build/bench/bench.json exists. The nano chip: about 45 minutes.
+chip-power: synth
+	$(PY) -m flow.chip_power --synth $(BUILD)/synth --rtl $(BUILD)/rtl --out $(BUILD)/chip_power \
+	  $(if $(wildcard $(BUILD)/bench/bench.json),--bench $(BUILD)/bench/bench.json)
 
 # Power from measured switching activity (flow/power.py): each engine of POWER_BLOCKS emitted at POWER_PRESET,
 # synthesised, its netlist run under its own testbench with toggle counts, priced by OpenSTA at the typical corner.

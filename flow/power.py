@@ -48,25 +48,34 @@ def _mw(w: float) -> float:
     return round(w * 1e3, 6)
 
 
-def combine(sta, activity, outputs: dict[str, list[str]]) -> tuple[dict[str, float], dict]:
-    """Each instance's power at its measured activity, summed (W per column), and the activity statistics."""
+def instance_powers(sta, activity, outputs: dict[str, list[str]]):
+    """(instance, activity, (internal, switching, leakage) W) of every instance OpenSTA priced, at the mean
+    transitions per cycle of its outputs (``outputs``: cell -> output pins)."""
     missing = [i for i in sta.at0 if i not in activity.pins]
     if missing:
         raise PowerError(f"{len(missing)} of {len(sta.at0)} netlist instances have no toggle counts (first: "
                          f"{missing[:5]}): the simulated netlist is not the one OpenSTA read")
-    sums = dict.fromkeys(COLUMNS, 0.0)
-    rates = []
     for inst, p0 in sta.at0.items():
         p1 = sta.at1[inst]
         a = activity.rate(inst, outputs[activity.cell_type[inst]])
+        yield inst, a, tuple(p0[k] + a * (p1[k] - p0[k]) for k in range(len(COLUMNS)))
+
+
+def rate_stats(rates: list[float]) -> dict:
+    rates = sorted(rates)
+    return {"cells": len(rates), "mean": round(sum(rates) / len(rates), 6), "median": round(rates[len(rates) // 2], 6),
+            "max": round(rates[-1], 6), "idle_cells": sum(r == 0 for r in rates)}
+
+
+def combine(sta, activity, outputs: dict[str, list[str]]) -> tuple[dict[str, float], dict]:
+    """Each instance's power at its measured activity, summed (W per column), and the activity statistics."""
+    sums = dict.fromkeys(COLUMNS, 0.0)
+    rates = []
+    for _, a, power in instance_powers(sta, activity, outputs):
         rates.append(a)
-        for k, col in enumerate(COLUMNS):
-            sums[col] += p0[k] + a * (p1[k] - p0[k])
-    rates.sort()
-    stats = {"cells": len(rates), "mean": round(sum(rates) / len(rates), 6),
-             "median": round(rates[len(rates) // 2], 6), "max": round(rates[-1], 6),
-             "idle_cells": sum(r == 0 for r in rates)}
-    return sums, stats
+        for col, p in zip(COLUMNS, power):
+            sums[col] += p
+    return sums, rate_stats(rates)
 
 
 def check_linearity(sta) -> dict:

@@ -30,7 +30,7 @@ from flow.report_figures import CHIP_SIM_COMMAND, atomic, fig_area, fig_bits, fi
 from flow.place_out import DEFERRED
 from flow.report_layout import fig_layout, fig_placement
 from flow.report_signoff import SIGNOFF_COMMAND, fig_floorplan, fig_routing_demand, md_signoff
-from flow.report_power import fig_power_by_engine, md_power
+from flow.report_power import fig_chip_power, fig_power_by_engine, md_power
 from flow.report_summary import (ARGMAX_GATE, COSINE_GATE, K3_TOKENS_PER_S, PORT_LIMIT_TOKENS_PER_S,
                                  READ_ROOFLINE_TOKENS_PER_S, brief, fmt, passed, placed_corners, placed_text,
                                  placement, summary)
@@ -57,6 +57,7 @@ STAGES = {
     "signoff": ("signoff/signoff.json", SIGNOFF_COMMAND, ("top", "corners", "signed_off", "std_cell_area_um2")),
     "generate": ("generate/generate.json", "make generate", ("texts", "perplexity")),
     "power": ("power/power.json", "make power", ("total_mW", "engines", "scope")),
+    "chip_power": ("chip_power/chip_power.json", "make chip-power", ("total_mW", "engines", "logic", "macros")),
     "equiv": ("equiv/equiv.json", "make equiv", ("blocks",)),
     "replay": ("replay/replay.json", "make replay", ("equal", "cycles", "compared")),
     "boundaries": ("place/boundaries.json", BOUNDARIES_COMMAND.format(place="{build}/place"),
@@ -97,6 +98,7 @@ FIGURES = {
     "layout.png": ("placement", fig_layout),
     "floorplan.png": ("floorplan", fig_floorplan),
     "routing_demand.png": ("signoff", fig_routing_demand),
+    "chip_power_by_engine.png": ("chip_power", fig_chip_power),
     "power_by_engine.png": ("power", fig_power_by_engine),
 }
 
@@ -158,7 +160,18 @@ def _rows_speed(stages: dict, sp: dict) -> list[tuple[str, str]]:
             ("tokens/s at 100 MHz", f"**{sp['tokens_per_s']:,.0f}** ({sp['vs_k3']:.2f}× K3's {K3_TOKENS_PER_S:,}; "
              f"port limit {PORT_LIMIT_TOKENS_PER_S:,}, read roofline {READ_ROOFLINE_TOKENS_PER_S:,})"),
             ("why it can beat SPEC §8's limits", sp["why_faster"]),
-            ("tokens/s at the placed chip's clock", placed_text(sp["placed"]))]
+            ("tokens/s at the placed chip's clock", placed_text(sp["placed"])),
+            ("power, energy per token", _energy_text(stages, sp["tokens_per_s"]))]
+
+
+def _energy_text(stages: dict, tokens_per_s: float) -> str:
+    """The chip's measured power (make chip-power) and the energy per token at the long run's tokens/s."""
+    pw = stages["chip_power"]["data"]
+    if pw is None:
+        return _not_run(stages, "chip_power")
+    w = pw["total_mW"] * 1e-3
+    return (f"{pw['total_mW']:.1f} mW (typical corner, the netlist's activity in the gate-level short run): "
+            f"**{w / tokens_per_s * 1e6:.3f} µJ/token**, {tokens_per_s / w:,.0f} tokens/s/W")
 
 
 def _rows_size(stages: dict, z: dict) -> list[tuple[str, str]]:

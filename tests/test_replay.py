@@ -122,6 +122,43 @@ def test_the_right_netlist_replays_the_trace_and_a_wrong_one_is_caught(tmp_path,
     assert {p["port"] for p in wrong["first_difference"]["ports"]} <= {"o2", "o3"}, wrong
 
 
+def _model_values(inputs: list[int]) -> dict[str, list[int]]:
+    """The child part's cell outputs in each cycle of _reference_vcd's model (before the clock edge)."""
+    q, seen = 0, {"x0": [], "x1": [], "f0": [], "f1": []}
+    for x in inputs:
+        n = q ^ (LUT[x & 3] & 3)
+        for k in (0, 1):
+            seen[f"x{k}"].append(n >> k & 1)
+            seen[f"f{k}"].append(q >> k & 1)
+        q = n
+    return seen
+
+
+def test_cell_toggles_are_counted_per_output_pin_and_named_as_opensta_names_them(tmp_path, cells):
+    """The cells' output pins made graph outputs: each pin's changes from one cycle to the next after reset, as the
+    design's Python model has them, under the instance's hierarchical name (child/x0)."""
+    from flow.cell_models import DEFAULT_OUT, ensure_models
+    rng = np.random.default_rng(11)
+    inputs = [int(v) for v in rng.integers(0, 8, size=120)]
+    vcd = tmp_path / "trace.vcd"
+    _reference_vcd(vcd, inputs)
+    synth, rtl = _design(tmp_path, "right", "XOR2_X1")
+    models = ensure_models(DEFAULT_OUT)
+    chip = Chip(synth, rtl, tmp_path / "graphs", cells, log=lambda _: None,
+                cell_outputs={name: c["outputs"] for name, c in models.cells.items()})
+    rec = replay(chip, read_cycles(vcd), log=lambda _: None)
+    assert rec["equal"], rec
+    start = rec["compared_from"]                  # counting begins with the cycle after it
+    assert chip.counted == len(inputs) - 1 - start - 1
+    values = _model_values(inputs[:len(inputs) - 1])
+    changes = {k: sum(v[t] != v[t - 1] for t in range(start + 1, len(v))) for k, v in values.items()}
+    assert all(changes.values()), changes       # the run moves every cell
+    got = chip.cell_toggles()
+    assert got == {"child/x0": ("XOR2_X1", {"Z": changes["x0"]}), "child/x1": ("XOR2_X1", {"Z": changes["x1"]}),
+                   "child/f0": ("DFF_X1", {"Q": changes["f0"], "QN": changes["f0"]}),
+                   "child/f1": ("DFF_X1", {"Q": changes["f1"], "QN": changes["f1"]})}, got
+
+
 def test_a_missing_rom_file_and_a_trace_without_reset_are_refused(tmp_path, cells):
     synth, rtl = _design(tmp_path, "d", "XOR2_X1")
     vcd = tmp_path / "trace.vcd"

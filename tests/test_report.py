@@ -378,13 +378,32 @@ def _power() -> dict:
                      {"tokens_per_s": 40_000.0, "source": "build/sim/summary.json run tiny-g128-s12-long"}, "tiny")
 
 
+def _chip_power() -> dict:
+    """flow.chip_power's record of a two-engine chip (numbers chosen, not measured)."""
+    def engine(name, internal, switching, leakage, macros, default):
+        return {"engine": name, "internal_mW": internal, "switching_mW": switching, "leakage_mW": leakage,
+                "macros_mW": macros, "cells": 100, "total_mW": internal + switching + leakage + macros,
+                "default_activity_mW": default}
+    engines = [engine("core/mac", 3.0, 1.0, 0.5, 2.0, 9.0), engine("core/kda", 1.0, 0.5, 0.25, 0.0, None),
+               engine("(core own logic)", 0.5, 0.25, 0.25, 1.0, None)]
+    return {"schema": 1, "measured": "total_mW", "corner": "typical", "command": "python -m flow.chip_power x",
+            "run": {"name": "nano-g128-s16-short"}, "replay": {"trace": "t.vcd"}, "cells": 300,
+            "cycles_counted": 1000, "activity": {"mean": 0.1, "idle_cells": 7},
+            "logic": {"internal_mW": 4.5, "switching_mW": 1.75, "leakage_mW": 1.0},
+            "macros": {"tiles": 3, "leakage_mW": 1.5, "clock_mW": 1.25, "pins_mW": 0.25},
+            "total_mW": 10.25, "engines": engines, "not_included": ["clock tree"],
+            "default_activity": {"what": "OpenSTA's default", "engines_run": ["core/mac"],
+                                 "engines_failed": ["core/kda"], "total_mW": 9.0,
+                                 "measured_logic_mW_same_engines": 4.5}}
+
+
 def _chip_build(tmp_path, signoff: dict | None = None):
     build = _build(tmp_path, {"sim/summary.json": CHIP_SIM, "synth/synth.json": CHIP_SYNTH,
                               "sta/sta.json": {**STA, "top": "msh_chip_top"}, "place/place.json": CHIP_PLACE,
                               "place/sta/sta.json": CHIP_PLACE_STA, "place/msh_chip_top.def": CHIP_DEF,
                               "place/msh_chip_top.gds": _gds("msh_chip_top", CHIP_DIE),
                               "place/floorplan.json": CHIP_FLOORPLAN, "signoff/signoff.json": signoff or _signoff(0.2, 600.0),
-                              "power/power.json": _power()})
+                              "power/power.json": _power(), "chip_power/chip_power.json": _chip_power()})
     import numpy as np
     from flow.rudy import LAYERS, Rudy, draw
     demand = np.array([[10.0, 30.0], [5.0, 0.0]])
@@ -402,6 +421,11 @@ def test_chip_report_draws_every_figure_titled_and_captioned(tmp_path):
     figs = {f["file"]: f for f in report["figures"]}
     assert list(figs) == list(FIGURES) and not any("skipped" in f for f in figs.values())
     _check_figures(report, out, md)
+    tps = LONG["tokens_per_s"]
+    assert f"**{10.25e-3 / tps * 1e6:.3f} µJ/token**, {tps / 10.25e-3:,.0f} tokens/s/W" in md    # beside tokens/s
+    assert "**Measured: 10.25 mW**" in md and "9.00 mW for the 1 engines it ran" in md and "crashed on core/kda" in md
+    assert set(figs["chip_power_by_engine.png"]["legend"]) == {"internal", "switching", "leakage", "fakeram45 macros",
+                                                               "OpenSTA default activity (logic)"}
     area = figs["area_by_engine.png"]
     assert area["legend"] == ["standard-cell logic (Nangate45 typical)", "msh_sram macros (1 mm²/Mibit)",
                               "msh_rom macros (1 mm²/Mibit)"]
@@ -538,7 +562,8 @@ def test_unreadable_input_is_reported(tmp_path, text, error):
 
 def test_figure_table_names_are_unique_pngs():
     assert all(name.endswith(".png") and section in {"speed", "size", "timing", "placement", "floorplan", "signoff",
-                                                             "power"}
+                                                             "power",
+                                                             "chip_power"}
                for name, (section, _) in FIGURES.items())
 
 

@@ -246,6 +246,24 @@ def area_after_repair(signoff_json: Path, synth: dict) -> dict:
             "total_mm2": total, "budget_mm2": budget, "within_budget": total <= budget}
 
 
+def power(synth_json: Path, tokens_per_s: float) -> dict:
+    """The chip's measured power (``make chip-power``: its netlist's activity in the gate-level short run) beside
+    this synthesis, and the energy per token at ``tokens_per_s``."""
+    how = "make chip-power  (python -m flow.chip_power --synth build/synth --rtl build/rtl --out build/chip_power)"
+    path = synth_json.parent.parent / "chip_power" / "chip_power.json"
+    if not path.exists():
+        return {"status": "not measured", "reason": f"{path} not found", "command": how}
+    rec = json.loads(path.read_text())
+    synth = json.loads(synth_json.read_text()) if synth_json.exists() else {}
+    if rec.get("synth_inputs_sha256") != synth.get("inputs_sha256"):
+        return {"status": "not measured", "reason": f"{path} measured another synthesis than {synth_json}",
+                "command": how}
+    w = rec["total_mW"] * 1e-3
+    return {"status": "measured", "source": str(path), "total_mW": rec["total_mW"], "corner": rec["corner"],
+            "energy_uJ_per_token": w / tokens_per_s * 1e6, "tokens_per_s_per_W": tokens_per_s / w,
+            "default_activity": rec["default_activity"]["what"]}
+
+
 # ------------------------------------------------------------------------------------------------
 # Report
 
@@ -289,6 +307,12 @@ def print_table(bench: dict) -> None:
             print(f"after repair: {r['status']} ({r['reason']}); run: {r['command']}")
     else:
         print(f"\narea: {a['status']} ({a['reason']}); run: {a['command']}")
+    pw = bench["power"]
+    if pw["status"] == "measured":
+        print(f"power {pw['total_mW']:.2f} mW ({pw['corner']} corner, the netlist's activity in the gate-level "
+              f"short run): {pw['energy_uJ_per_token']:.4f} uJ/token, {pw['tokens_per_s_per_W']:,.0f} tokens/s/W")
+    else:
+        print(f"power: {pw['status']} ({pw['reason']}); run: {pw['command']}")
 
 
 def print_held_out(rows: list[dict]) -> None:
@@ -364,7 +388,7 @@ def bench(rtl: Path, out: Path, synth: Path, runs: Sequence[RunSpec], with_held_
     held_ok = all(h["passed"] and h["bit_exact"] for h in table)
     return {"schema": 3, "passed": sim.passed and model_ok and held_ok,
             "runs": results, "held_out": table, "throughput_run": main_run["name"], "area": ar,
-            "tokens_per_s_per_mm2": tps_mm2,
+            "tokens_per_s_per_mm2": tps_mm2, "power": power(synth, main_run["tokens_per_s"]),
             "timings": timings(), "runtime_s": round(time.monotonic() - t0, 1), "log": str(sim.log),
             "command": f"python -m verification.bench --rtl {rtl} --out {out}"}
 

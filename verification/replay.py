@@ -52,16 +52,25 @@ class ReplayError(RuntimeError):
     """The replay cannot start or cannot continue (missing synthesis, unknown pin, a loop that does not settle)."""
 
 
-def graph_script(job: Job, cells: Path, stubs: Path | None, aag: Path, symbols: Path) -> list[str]:
+def graph_script(job: Job, cells: Path, stubs: Path | None, aag: Path, symbols: Path,
+                 expose: tuple[str, ...] = ()) -> list[str]:
+    """The Yosys passes of one part's graph; ``expose``: the cells' output pin names to make outputs of the graph
+    (each ``<instance>.<pin>`` once ``flatten`` has inlined the cell models), for their toggle counts."""
     cut = CUT_MACROS + "".join(f" t:{b}" for b in job.boxes)
+    passes = [p.format(cut=cut) for p in GRAPH_PASSES]
+    if expose:
+        passes.insert(passes.index("flatten") + 1, "expose " + " ".join(f"w:*.{pin}" for pin in expose))
     return [f"{READ_MACRO_STUBS} {job.macro_stubs}", *([f"read_verilog -lib {stubs}"] if stubs else []),
             f"read_verilog -sv {cells}", f"read_verilog {job.netlist}", f"hierarchy -top {job.top}",
-            *(p.format(cut=cut) for p in GRAPH_PASSES), f"{WRITE_GRAPH} -map {symbols} {aag}"]
+            *passes, f"{WRITE_GRAPH} -map {symbols} {aag}"]
 
 
-def _graph_worker(script_json: str, ports: str | None = None) -> None:
+def _graph_worker(script_json: str, ports: str | None = None, leaves: str | None = None,
+                  cell_names: tuple[str, ...] = ()) -> None:
     """Runs in the child: the passes of one part's graph; with ``ports``, the top module's output ports (name,
-    width, in port order) are written there as JSON before the last pass (``complete_outputs`` needs them)."""
+    width, in port order) are written there as JSON before the last pass (``complete_outputs`` needs them); with
+    ``leaves``, the part's library cells (``cell_names``) at every level of its hierarchy, before ``flatten``:
+    {flattened name: [hierarchical path, cell]}, the path as OpenSTA names the instance (``a/b/_12_``)."""
     from pyosys import libyosys as ys
 
     from flow.cli import die_with_parent
@@ -73,8 +82,26 @@ def _graph_worker(script_json: str, ports: str | None = None) -> None:
             m = design.top_module()
             outs = [(p.str()[1:], m.wire(p).width) for p in m.ports if m.wire(p).port_output]
             Path(ports).write_text(json.dumps(outs))
+        if leaves and cmd == "flatten":
+            Path(leaves).write_text(json.dumps(_leaf_cells(design, set(cell_names))))
         print(f"@@PASS {cmd}", flush=True)
         ys.run_pass(cmd, design)
+
+
+def _leaf_cells(design, cell_names: set[str]) -> dict[str, list[str]]:
+    """Every instance of a library cell under the top module: {``a.b._12_``: [``a/b/_12_``, cell]}."""
+    found = {}
+
+    def walk(module, path: list[str]) -> None:
+        for cell in module.cells_.values():
+            kind, name = cell.type.str().lstrip("\\"), cell.name.str().lstrip("\\")
+            if kind in cell_names:
+                found[".".join([*path, name])] = ["/".join([*path, name]), kind]
+            elif design.module(cell.type) is not None:
+                walk(design.module(cell.type), [*path, name])
+
+    walk(design.top_module(), [])
+    return found
 
 
 def complete_outputs(aig, ports: list[tuple[str, int]], where: Path) -> None:
@@ -91,35 +118,42 @@ def complete_outputs(aig, ports: list[tuple[str, int]], where: Path) -> None:
     aig.output_names = dict(enumerate(order))
 
 
-def part_graph(job: Job, folder: Path, cells: Path):
+def part_graph(job: Job, folder: Path, cells: Path, expose: tuple[str, ...] = (), cell_names: tuple[str, ...] = ()):
     """The graph of one part (``GRAPH_PASSES``), from ``folder`` when its netlist, cell models and passes are the
-    same as when it was made."""
+    same as when it was made. With ``expose`` (cell output pins, see graph_script) it also returns the part's
+    instances of the library cells ``cell_names`` (``_leaf_cells``), else None."""
     key = hashlib.sha256()
     for f in (job.netlist, cells):
         key.update(f.read_bytes())
-    key.update(json.dumps([READ_MACRO_STUBS, CUT_MACROS, GRAPH_PASSES, WRITE_GRAPH, job.boxes, job.box_stubs]).encode())
+    key.update(json.dumps([READ_MACRO_STUBS, CUT_MACROS, GRAPH_PASSES, WRITE_GRAPH, job.boxes, job.box_stubs,
+                           *([list(expose), sorted(cell_names)] if expose else [])]).encode())
     stem = f"{job.top}-{key.hexdigest()[:16]}"          # (the part's name has dots: no with_suffix)
     aag, symbols, ports = folder / f"{stem}.aag", folder / f"{stem}.map", folder / f"{stem}.ports.json"
-    if not (aag.is_file() and symbols.is_file() and ports.is_file()):
+    leaves = folder / f"{stem}.cells.json" if expose else None
+    if not all(f.is_file() for f in (aag, symbols, ports, *([leaves] if leaves else []))):
         folder.mkdir(parents=True, exist_ok=True)
         stubs = None
         if job.boxes:
             stubs = folder / f"{stem}.boxes.v"
             stubs.write_text(job.box_stubs)
         tmp_aag, tmp_sym = folder / f"{stem}.aag.tmp", folder / f"{stem}.map.tmp"
-        script = graph_script(job, cells, stubs, tmp_aag, tmp_sym)
+        tmp_leaves = leaves and folder / f"{stem}.cells.json.tmp"
+        script = graph_script(job, cells, stubs, tmp_aag, tmp_sym, expose)
         log = folder / f"{stem}.log"
         with log.open("w") as fh:
             proc = subprocess.run([sys.executable, "-c", "from verification.replay import _graph_worker; "
-                                   f"_graph_worker({json.dumps(json.dumps(script))}, {str(ports)!r})"], stdout=fh,
+                                   f"_graph_worker({json.dumps(json.dumps(script))}, {str(ports)!r}, "
+                                   f"{str(tmp_leaves) if tmp_leaves else None!r}, {tuple(cell_names)!r})"], stdout=fh,
                                   stderr=subprocess.STDOUT, cwd=REPO)
         if proc.returncode != 0 or not tmp_aag.is_file():
             raise ReplayError(f"part {job.top}: Yosys could not write its graph (exit {proc.returncode}); see {log}")
+        if tmp_leaves:
+            tmp_leaves.replace(leaves)
         tmp_sym.replace(symbols)
         tmp_aag.replace(aag)
     aig = read_aig(aag, symbols)
     complete_outputs(aig, json.loads(ports.read_text()), aag)
-    return aig
+    return aig, (json.loads(leaves.read_text()) if leaves else None)
 
 
 def read_memh(path: Path, depth: int) -> list[int]:
@@ -188,15 +222,23 @@ def _pins(names: dict[int, tuple[str, int]], part: int) -> dict[str, Pin]:
 class Chip:
     """The netlist's parts as graphs, wired as the top part instantiates them, with the macros (module docstring)."""
 
-    def __init__(self, synth_dir: Path, rtl_dir: Path, graphs: Path, cells: Path, log=print):
+    def __init__(self, synth_dir: Path, rtl_dir: Path, graphs: Path, cells: Path, log=print,
+                 cell_outputs: dict[str, list[str]] | None = None):
+        """``cell_outputs`` (library cell -> its output pins): count every cell output's toggles (``count_toggles``,
+        ``cell_toggles``), with the pins made outputs of the graphs."""
         r = json.loads((Path(synth_dir) / "synth.json").read_text())
         jobs = jobs_of(Path(synth_dir))
         order = sorted(jobs, key=lambda j: (j.top != r["top"], j.top))      # the top part first
         self.tops = [j.top for j in order]
-        self.sims, self.ins, self.outs = [], [], []
+        expose = tuple(sorted({p for pins in (cell_outputs or {}).values() for p in pins}))
+        self.sims, self.ins, self.outs, self.leaves = [], [], [], []
+        self.prefix = {0: ""}                   # each part's instance path in the chip, as OpenSTA writes it
+        self.toggles: list[np.ndarray] | None = None
+        self.counted, self._last, self.counts_cells = 0, None, bool(expose)
         for k, job in enumerate(order):
             t0 = time.monotonic()
-            aig = part_graph(job, graphs, cells)
+            aig, leaves = part_graph(job, graphs, cells, expose, tuple(sorted(cell_outputs or ())))
+            self.leaves.append(leaves or {})
             log(f"[replay] graph {k + 1}/{len(order)} {job.top}: {len(aig.ands):,} and-gates, "
                 f"{len(aig.latches):,} flip-flops ({time.monotonic() - t0:.0f} s)")
             self.sims.append(AigSim(aig))
@@ -209,10 +251,11 @@ class Chip:
         self.macros: list[Macro] = []
         for k, top in enumerate(self.tops):
             cut = {name.rsplit(".", 1)[0] for name in [*self.ins[k], *self.outs[k]] if "." in name}
-            for inst in sorted(cut):
+            for inst in sorted(cut - set(self.leaves[k])):
                 full = f"{top}.{inst}"
                 if full in part_of:
                     self._wire_child(k, inst, part_of[full])
+                    self.prefix[part_of[full]] = self.prefix[k] + inst.replace(".", "/") + "/"
                 elif full in macros:
                     self.macros.append(self._macro(k, inst, macros[full], Path(rtl_dir)))
                 else:
@@ -316,11 +359,38 @@ class Chip:
                 if self._rom_reads(k, outs):
                     again.add(k)
             todo = sorted(again)
+        if self.toggles is not None:
+            for k, now in enumerate(outs):
+                self.toggles[k] += (now ^ self._last[k]) & np.uint64(1)
+            self.counted += 1
+        self._last = outs
         for m in self.srams:
             self._clock_sram(m, outs)
         for sim in self.sims:
             sim.step()
         return outs, rounds
+
+    def count_toggles(self) -> None:
+        """From the next cycle on, count each output's changes from one cycle's settled value to the next."""
+        if self._last is None:
+            raise ReplayError("count_toggles before the first cycle: there is no value to count changes from")
+        self.toggles = [np.zeros(len(o), dtype=np.uint64) for o in self._last]
+        self.counted = 0
+
+    def cell_toggles(self) -> dict[str, tuple[str, dict[str, int]]]:
+        """Each library cell of the chip by its OpenSTA name (``core/mac/_12_``): its cell and its output pins'
+        toggles since ``count_toggles``."""
+        if self.toggles is None:
+            raise ReplayError("no toggles were counted: build the Chip with cell_outputs and call count_toggles")
+        found = {}
+        for k, leaves in enumerate(self.leaves):
+            counts = self.toggles[k]
+            for name, pin in self.outs[k].items():
+                inst, _, port = name.rpartition(".")
+                if inst in leaves:
+                    path, kind = leaves[inst]
+                    found.setdefault(self.prefix[k] + path, (kind, {}))[1][port] = int(counts[pin.index[0]])
+        return found
 
     @staticmethod
     def _clock_sram(m: Macro, outs: list[np.ndarray]) -> None:
@@ -355,6 +425,8 @@ def replay(chip: Chip, cycles: Cycles, log=print) -> dict:
     for t in range(cycles.n):
         outs, rounds = chip.cycle(words[t])
         worst = max(worst, rounds)
+        if t == start and chip.counts_cells:
+            chip.count_toggles()
         if t >= start:
             compared += 1
             bad = []
