@@ -169,7 +169,7 @@ def measure(synth_dir: Path, rtl_dir: Path, out: Path, rate: dict | None, trace:
     ran = [r for r in rows if r["default_activity_mW"] is not None]
     record = {
         "schema": SCHEMA, "measured": "total_mW", "corner": "typical", "clock_ns": period, "top": top,
-        "synth_inputs_sha256": synth.get("inputs_sha256"),
+        "synth_inputs_sha256": synth.get("inputs_sha256"), "synth_config_sha256": synth["rtl"].get("config_sha256"),
         "netlist": str(netlist), "run": run and {k: run.get(k) for k in ("name", "bit_exact", "cycles", "passed")},
         "replay": {k: rec[k] for k in ("cycles", "compared", "equal", "run_s", "trace")}, "cycles_counted":
         chip.counted, "cells": len(sta.at0), "logic": {f"{c}_mW": logic[c] for c in COLUMNS},

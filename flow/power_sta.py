@@ -10,8 +10,11 @@ Every power OpenSTA reports is linear in the activity it applies: switching ``C 
 ``E a f`` (the duty, held at 0.5, fixes which ``when`` tables apply), leakage independent of it. So one run
 at global activity 0 and one at 1 give each instance's power as ``P0 + a (P1 - P0)`` for any activity
 ``a``: flow.power puts the measured transitions per cycle of the instance's outputs there. A third run at
-``LINEARITY_PROBE`` checks that linearity on the design totals, and one run without any activity set gives
+``LINEARITY_PROBE`` checks that linearity on the design totals, and one report without any activity set gives
 OpenSTA's default figure (inputs at 0.1 transitions per cycle, propagated through the logic) for comparison.
+That default report crashes this OpenSTA (signal 11) on some netlists (the ci and nano chips' RMSNorm engine,
+and so the whole chip), so ``run`` can leave it out and ``default_power`` asks for it of one module linked on its
+own, in its own process.
 
 Constraints are flow.sta's (clock, IO delays, driving cell, output load, wire-load model), so the loads the
 switching power sees are those of pre-layout timing.

@@ -28,10 +28,12 @@ END = "<!-- end of results -->"
 
 # stage -> the make target that (re)makes its file; a block other than the chip gets BLOCK=<block>
 MAKE = {"sim": "make sim", "bench": "make bench", "synth": "make synth", "sta": "make sta", "place": "make place",
-        "place_sta": "make place", "signoff": "make signoff", "runtime": "make demo", "blocks": "make blocks"}
+        "place_sta": "make place", "signoff": "make signoff", "runtime": "make demo", "blocks": "make blocks",
+        "chip_power": "make chip-power"}
 # stage -> where its file records the hash of the RTL's config.json it was made from (None: judged by age)
 RTL_HASH = {"synth": ("rtl", "config_sha256"), "sta": ("synth_config_sha256",), "place": ("synth_config_sha256",),
-            "place_sta": ("synth_config_sha256",), "signoff": ("synth_config_sha256",), "sim": None, "bench": None}
+            "place_sta": ("synth_config_sha256",), "signoff": ("synth_config_sha256",), "sim": None, "bench": None,
+            "chip_power": ("synth_config_sha256",)}
 EXTRA = {"signoff": ("signoff/signoff.json", ("top", "corners", "signed_off")),
          "runtime": ("logs/runtime.json", ("steps", "wall_s"))}
 
@@ -202,6 +204,18 @@ def _signoff(stages: dict) -> str | None:
             f"the macros {fmt(priced_mm2(r, stages['synth']['data']), '.3f')} mm²")
 
 
+def _power(s: dict, stages: dict) -> str | None:
+    """The chip's measured power and, at the speed row's tokens/s, its energy per token."""
+    pw, tps = stages["chip_power"]["data"], s["speed"]["tokens_per_s"]
+    if pw is None:
+        return None
+    w = pw["total_mW"] * 1e-3
+    energy = f": **{w / tps * 1e6:.3f} µJ/token**, {tps / w:,.0f} tokens/s/W at {tps:,.0f} tokens/s" if tps else ""
+    return (f"{pw['total_mW']:.1f} mW at the typical corner, from the netlist's switching activity in its gate-level "
+            f"short run (logic {sum(pw['logic'].values()):.1f} mW, {pw['macros']['tiles']} fakeram45 tiles "
+            f"{pw['macros']['leakage_mW'] + pw['macros']['clock_mW'] + pw['macros']['pins_mW']:.1f} mW){energy}")
+
+
 def _blocks(build: Path, stages: dict) -> str | None:
     b = stages["blocks"]["data"]
     if b is None:
@@ -242,6 +256,7 @@ def render(build: Path) -> str:
         ("placement", "place", _placement(s, stages)),
         ("sign-off", "signoff", _signoff(stages)),
         ("synthesis through sign-off", "signoff", _chain(stages)),
+        ("power, energy per token", "chip_power", _power(s, stages)),
         ("engines one by one", "blocks", _blocks(build, stages)),
         ("`make demo` step times", "runtime", runtime and runtime_text(runtime)),
     ]

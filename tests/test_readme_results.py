@@ -49,6 +49,9 @@ FILES = {
                                          for c, w in zip(CORNERS, (-1.331, 5.946, 6.696))},
                              "design_rules": {"max_capacitance_violations": 3_235, "max_fanout_violations": 0},
                              "std_cell_area_um2": 2_690_000.0},
+    "chip_power/chip_power.json": {"synth_config_sha256": CONFIG_SHA, "total_mW": 250.0, "engines": [],
+                                   "logic": {"internal_mW": 60.0, "switching_mW": 40.0, "leakage_mW": 50.0},
+                                   "macros": {"tiles": 331, "leakage_mW": 80.0, "clock_mW": 19.0, "pins_mW": 1.0}},
     "logs/runtime.json": {"schema": 1, "wall_s": 4_000.0, "steps": [
         {"name": "rtl", "group": 0, "status": "ok", "seconds": 61.0},
         {"name": "sta", "group": 3, "status": "ok", "seconds": 416.0},
@@ -109,6 +112,9 @@ def test_every_number_comes_from_the_files(tmp_path):
     assert "**not signed off**: setup slow -1.331 / typical +5.946 / fast +6.696 ns" in signoff
     assert "21 max-transition, 3,235 max-capacitance, 0 max-fanout" in signoff and "not routed" in signoff
     assert "cell area 2.690 mm², priced with the macros 4.170 mm²" in signoff        # 2.69 + 1.48 of synthesis
+    power = _row(block, "power, energy per token")       # 0.25 W at the speed row's 39,525.4 tokens/s
+    assert "250.0 mW at the typical corner" in power and "logic 150.0 mW, 331 fakeram45 tiles 100.0 mW" in power
+    assert f"**{0.25 / 39_525.4 * 1e6:.3f} µJ/token**, {39_525.4 / 0.25:,.0f} tokens/s/W" in power
     assert "rtl 1:01" in _row(block, "`make demo` step times")
     assert "sta 6:56 beside place 34:32" in _row(block, "`make demo` step times")
     assert "stale" not in block and "Warning" not in block
