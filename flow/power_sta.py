@@ -12,7 +12,7 @@ at global activity 0 and one at 1 give each instance's power as ``P0 + a (P1 - P
 ``a``: flow.power puts the measured transitions per cycle of the instance's outputs there. A third run at
 ``LINEARITY_PROBE`` checks that linearity on the design totals, and one report without any activity set gives
 OpenSTA's default figure (inputs at 0.1 transitions per cycle, propagated through the logic) for comparison.
-That default report crashes this OpenSTA (signal 11) on some netlists (the ci and nano chips' RMSNorm engine,
+That default report crashes this OpenSTA (signal 11) on some netlists (the ci chip's mixer and RMSNorm engines,
 and so the whole chip), so ``run`` can leave it out and ``default_power`` asks for it of one module linked on its
 own, in its own process.
 

@@ -3,21 +3,19 @@ physical flow in make test: emitted, synthesised, floorplanned into its engine r
 repaired (electrical, sizing, load isolation, hold) and signed off at the clock its config states. The test
 asserts the sign-off numbers themselves: setup slack at every corner, hold at the fast corner, no design-rule
 violation; that the small parts of its netlist are formally proven equal to their RTL; and that the whole netlist
-runs its RTL's short run cycle for cycle (verification.replay)."""
+runs its RTL's short run cycle for cycle (verification.replay), priced at that run's activity (flow.chip_power)."""
 import json
 
 import pytest
 
+from flow.chip_power import measure
 from flow.place import place
 from flow.signoff import signoff
 from flow.synth import synthesize
 from hw.params import preset
 from rtl_gen import emit
-from flow.cell_models import DEFAULT_OUT as CELL_MODELS
-from flow.cell_models import ensure_models
 from verification.equiv import check, jobs_of
-from verification.replay import Chip, record_run, replay
-from verification.vcd import read_cycles
+
 
 # The flow takes about 11 minutes alone here (rtl 20 s, synthesis ~2 min, placement 186 s, sign-off 454 s; the same
 # calls at e378a88, /work/cirun), without the post-placement STA: sign-off times the design it signs off. Inside
@@ -96,15 +94,23 @@ def test_ci_chip_parts_are_proven_equal_to_their_rtl(flow):
             {k: rec.get(k) for k in ("block", "status", "equiv_cells", "equiv_proven", "error", "log")}
 
 
-def test_ci_chip_netlist_replays_its_rtl_run_cycle_for_cycle(flow):
-    """Gate-level (verification.replay): the ci chip's whole netlist, every part as a graph of its cells' liberty
-    functions with the SPEC macros, runs the cycles of its RTL short run (the ports recorded by Verilator), and
-    every output bit equals the RTL's in every cycle after reset; the RTL run itself is bit-exact."""
-    out = flow["base"] / "replay"
-    trace, report = record_run(flow["rtl"], out)
-    assert report["bit_exact"] and report["passed"], report
-    chip = Chip(flow["base"] / "synth", flow["rtl"], out / "graphs", ensure_models(CELL_MODELS).verilog)
-    rec = replay(chip, read_cycles(trace))
-    assert rec["equal"] and rec["compared"] > 0.99 * rec["cycles"] > 5_000, \
-        {k: rec.get(k) for k in ("cycles", "compared", "first_difference")}
-    assert sum(m["writes"] for m in rec["macros"].values()) > 1_000, rec["macros"]
+def test_ci_chip_netlist_replays_its_rtl_run_and_is_priced_at_that_activity(flow):
+    """Gate-level (verification.replay, inside flow.chip_power): the ci chip's whole netlist, every part as a graph of
+    its cells' liberty functions with the SPEC macros, runs the cycles of its RTL short run (the ports recorded by
+    Verilator), and every output bit equals the RTL's in every cycle after reset; the RTL run itself is bit-exact.
+    The toggles of every cell output over that run price every cell OpenSTA sees (flow.chip_power: one without
+    toggle counts stops it), and the fakeram45 tiles at the run's accesses."""
+    rec = measure(flow["base"] / "synth", flow["rtl"], flow["base"] / "chip_power",
+                  {"tokens_per_s": 1_000.0, "source": "test"})
+    run, r = rec["run"], rec["replay"]
+    assert run["bit_exact"] and run["passed"], run
+    assert r["equal"] and r["compared"] > 0.99 * r["cycles"] > 5_000, r
+    assert rec["cells"] == flow["synth"]["cells"]["count"] and rec["cycles_counted"] == r["compared"] - 1
+    assert 0 < rec["activity"]["mean"] < 0.5 and rec["activity"]["idle_cells"] < rec["cells"] / 2, rec["activity"]
+    assert rec["linearity"]["held"]
+    macros = rec["macros"]
+    assert macros["tiles"] > 0 and sum(m["writes"] for m in macros["instances"]) > 1_000, macros
+    assert sum(e["total_mW"] for e in rec["engines"]) == pytest.approx(rec["total_mW"])
+    assert {e["engine"] for e in rec["engines"]} >= {"core/mac", "core/kda", "core/mla", "(core own logic)"}
+    assert rec["default_activity"]["engines_run"], rec["default_activity"]          # a comparison exists
+    assert rec["energy_uJ_per_token"] == pytest.approx(rec["total_mW"])             # mW at 1,000 tokens/s

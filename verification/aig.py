@@ -107,11 +107,6 @@ def _library():
     return _lib
 
 
-def lit_words(val: np.ndarray, lits: np.ndarray) -> np.ndarray:
-    """The words of literals ``lits`` in variable values ``val`` (inverted literals inverted)."""
-    return val[lits >> 1] ^ np.where(lits & 1, ONES, np.uint64(0))
-
-
 class AigSim:
     """Cycle simulation of one graph: ``set`` inputs (by input index), ``eval`` the logic, read ``outputs`` or
     ``latch_values``, ``step`` to the next cycle. Latches start at their initial value (0 when uninitialised)."""
@@ -121,8 +116,10 @@ class AigSim:
         self.val = np.zeros(aig.max_var + 1, dtype=np.uint64)
         self.in_vars = np.array([lit >> 1 for lit in aig.inputs], dtype=np.int64)
         self.out_lits = np.array(aig.outputs, dtype=np.int64)
+        self._out_vars, self._out_inv = self.out_lits >> 1, np.where(self.out_lits & 1, ONES, np.uint64(0))
         self.lat_vars = np.array([cur >> 1 for cur, _, _ in aig.latches], dtype=np.int64)
         self.lat_next = np.array([nxt for _, nxt, _ in aig.latches], dtype=np.int64)
+        self._next_vars, self._next_inv = self.lat_next >> 1, np.where(self.lat_next & 1, ONES, np.uint64(0))
         self.state = np.array([ONES if init == 1 else 0 for _, _, init in aig.latches], dtype=np.uint64)
         self._lhs = np.ascontiguousarray(aig.ands[:, 0] >> 1, dtype=np.int32)
         self._a = np.ascontiguousarray(aig.ands[:, 1], dtype=np.int32)
@@ -139,10 +136,10 @@ class AigSim:
                    len(self._lhs))
 
     def outputs(self) -> np.ndarray:
-        return lit_words(self.val, self.out_lits)
+        return self.val[self._out_vars] ^ self._out_inv
 
     def latch_values(self) -> np.ndarray:
         return self.state.copy()
 
     def step(self) -> None:
-        self.state = lit_words(self.val, self.lat_next)
+        self.state = self.val[self._next_vars] ^ self._next_inv
