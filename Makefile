@@ -27,7 +27,7 @@ REPORT_CMD  = $(PY) -m flow.report --build $(BUILD) --out $(BUILD)/report
 
 # Steps that need the PDK check it first, so a bad NANGATE45_PDK stops them before any work.
 .PHONY: setup pdk doctor rtl lint sim generate synth sta report readme demo test blocks place signoff pnr bench gatesim replay \
-        chip-power power equiv dse dse-validate test-nano clean
+        chip-power repaired power equiv dse dse-validate test-nano clean
 
 setup: $(STAMP)
 
@@ -143,6 +143,11 @@ pnr: synth
 # build/equiv/equiv.json says which parts are proven and which are only simulated.
 EQUIV_PARTS   ?=
 EQUIV_TIMEOUT ?= 1800
+# The signed-off netlist against make synth's (verification/repaired.py): the same cells and connections up to the
+# buffers sign-off inserts and the drive strengths it changes; run after make signoff.
+repaired: pdk
+	$(PY) -m verification.repaired --synth $(BUILD)/synth --signoff $(BUILD)/signoff
+
 equiv: pdk
 	$(PY) -m verification.equiv --synth $(BUILD)/synth --out $(BUILD)/equiv --timeout $(EQUIV_TIMEOUT) \
 	  $(if $(EQUIV_PARTS),--only $(EQUIV_PARTS))

@@ -114,3 +114,16 @@ def test_ci_chip_netlist_replays_its_rtl_run_and_is_priced_at_that_activity(flow
     assert {e["engine"] for e in rec["engines"]} >= {"core/mac", "core/kda", "core/mla", "(core own logic)"}
     assert rec["default_activity"]["engines_run"], rec["default_activity"]          # a comparison exists
     assert rec["energy_uJ_per_token"] == pytest.approx(rec["total_mW"])             # mW at 1,000 tokens/s
+
+
+def test_ci_chip_signed_off_netlist_is_its_synthesised_logic(flow):
+    """verification.repaired: the netlist sign-off wrote (resized cells, inserted buffers) is make synth's netlist
+    up to buffers and drive strengths, cell by cell: what the replay ran is what was signed off."""
+    from flow.place_out import read_lefs
+    from pdk_config import find_pdk
+    from verification.repaired import compare, signed_off, synthesised
+    lef = read_lefs(find_pdk())
+    netlist = flow["base"] / "signoff" / flow["signoff"]["files"]["netlist"]
+    rec = compare(synthesised(flow["base"] / "synth", lef), signed_off(netlist, lef))
+    assert rec["equal"] and rec["cells_compared"] > 0.9 * flow["synth"]["cells"]["count"], rec
+    assert rec["buffers_signed_off"] > rec["buffers_synthesised"], rec
