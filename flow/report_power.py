@@ -73,7 +73,7 @@ def md_power(stages: dict, embed) -> list[str]:
            f"leakage {fmt_num(rec['leakage_mW'], '.3f')} mW); OpenSTA's default activity would say "
            f"{fmt_num(rec['default_activity_total_mW'], '.3f')} mW (not measured). Scope: {rec['scope']}.", ""]
     if "tokens_per_s" in rec:
-        md += [f"| tokens/s | energy per token | tokens/s per W | token rate from |", "|---|---|---|---|",
+        md += ["| tokens/s | energy per token | tokens/s per W | token rate from |", "|---|---|---|---|",
                f"| {fmt_num(rec['tokens_per_s'], ',.0f')} | {fmt_num(rec['energy_uJ_per_token'], '.4f')} uJ | "
                f"{fmt_num(rec['tokens_per_s_per_W'], ',.0f')} | `{rec['tokens_per_s_source']}` |", ""]
     md += ["| engine | cells | cycles | internal mW | switching mW | leakage mW | total mW | default-activity mW |",

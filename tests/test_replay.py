@@ -187,7 +187,7 @@ def test_the_graph_simulator_runs_64_lanes(tmp_path, cells):
     v.write_text("module t(input clk, input e, output reg q); always @(posedge clk) if (e) q <= ~q; endmodule\n")
     aag, sym = tmp_path / "t.aag", tmp_path / "t.map"
     script = [f"read_verilog {v}", "proc", "techmap", "dffunmap", "aigmap", f"write_aiger -ascii -map {sym} {aag}"]
-    subprocess.run([sys.executable, "-c", "from verification.replay import _graph_worker; "
+    subprocess.run([sys.executable, "-c", "from verification.replay_graphs import _graph_worker; "
                     f"_graph_worker({json.dumps(json.dumps(script))})"], check=True, capture_output=True)
     sim = AigSim(read_aig(aag, sym))
     rng = np.random.default_rng(1)
