@@ -36,3 +36,25 @@ def test_area_after_repair_needs_a_signoff_of_the_same_rtl(tmp_path):
 def test_area_after_repair_without_a_signoff_names_the_command(tmp_path):
     r = _write(tmp_path, None)["after_repair"]
     assert r["status"] == "no sign-off" and "make signoff" in r["command"]
+
+
+def test_power_is_the_chip_power_of_this_synthesis_at_the_bench_token_rate(tmp_path):
+    """verification.bench.power: make chip-power's record beside the synthesis, divided by the bench's own tokens/s;
+    a record of another synthesis, or none, says so and names the command."""
+    from verification.bench import power
+    synth = tmp_path / "synth" / "synth.json"
+    synth.parent.mkdir()
+    synth.write_text(json.dumps({**SYNTH, "inputs_sha256": "s1"}))
+    assert power(synth, 40_000.0)["status"] == "not measured"
+    rec = {"synth_inputs_sha256": "s1", "total_mW": 200.0, "corner": "typical",
+           "engines": [{"engine": "core/mac", "total_mW": 150.0}, {"engine": "(core own logic)", "total_mW": 50.0}],
+           "default_activity": {"what": "OpenSTA's default"}}
+    (tmp_path / "chip_power").mkdir()
+    (tmp_path / "chip_power" / "chip_power.json").write_text(json.dumps(rec))
+    p = power(synth, 40_000.0)
+    assert p["status"] == "measured" and p["energy_uJ_per_token"] == pytest.approx(0.2 / 40_000 * 1e6)
+    assert p["tokens_per_s_per_W"] == pytest.approx(200_000.0) and p["by_engine_mW"]["core/mac"] == 150.0
+    (tmp_path / "chip_power" / "chip_power.json").write_text(json.dumps({**rec, "synth_inputs_sha256": "s0"}))
+    other = power(synth, 40_000.0)
+    assert other["status"] == "not measured" and "another synthesis" in other["reason"]
+    assert "make chip-power" in other["command"]

@@ -261,7 +261,8 @@ def power(synth_json: Path, tokens_per_s: float) -> dict:
     w = rec["total_mW"] * 1e-3
     return {"status": "measured", "source": str(path), "total_mW": rec["total_mW"], "corner": rec["corner"],
             "energy_uJ_per_token": w / tokens_per_s * 1e6, "tokens_per_s_per_W": tokens_per_s / w,
-            "default_activity": rec["default_activity"]["what"]}
+            "by_engine_mW": {e["engine"]: e["total_mW"] for e in rec["engines"]},
+            "default_activity": rec["default_activity"]["what"], "figure": rec.get("figure")}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -311,6 +312,8 @@ def print_table(bench: dict) -> None:
     if pw["status"] == "measured":
         print(f"power {pw['total_mW']:.2f} mW ({pw['corner']} corner, the netlist's activity in the gate-level "
               f"short run): {pw['energy_uJ_per_token']:.4f} uJ/token, {pw['tokens_per_s_per_W']:,.0f} tokens/s/W")
+        print("  by engine: " + ", ".join(f"{e} {mw:.1f}" for e, mw in pw["by_engine_mW"].items()) + " mW"
+              + (f" (bar chart: {pw['figure']})" if pw.get("figure") else ""))
     else:
         print(f"power: {pw['status']} ({pw['reason']}); run: {pw['command']}")
 
