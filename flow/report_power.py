@@ -47,7 +47,7 @@ def md_chip_power(stages: dict, embed) -> list[str]:
            f"{lg['internal_mW']:.2f}, switching {lg['switching_mW']:.2f}, leakage {lg['leakage_mW']:.2f} mW; "
            f"{m['tiles']} fakeram45 tiles leakage {m['leakage_mW']:.2f}, clock {m['clock_mW']:.2f}, pins "
            f"{m['pins_mW']:.2f} mW. Not included: {'; '.join(rec['not_included'])}.", "",
-           f"OpenSTA's default activity ({d['what']}): {d['total_mW']:.2f} mW for the {len(d['engines_run'])} engines "
+           f"{d['what']}: {d['total_mW']:.2f} mW for the {len(d['engines_run'])} engines "
            f"it ran, where the measured activity gives {d['measured_logic_mW_same_engines']:.2f} mW"
            + (f"; it crashed on {', '.join(d['engines_failed'])}" if d["engines_failed"] else "") + ". The measured "
            "figure is the one above.", ""]
