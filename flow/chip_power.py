@@ -225,6 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tokens-per-s", type=float, help="token rate for energy per token")
     args = ap.parse_args(argv)
     t0 = time.monotonic()
+    (args.out / "chip_power.json").unlink(missing_ok=True)      # a failed run leaves no earlier record behind
     try:
         rate = token_rate(args.tokens_per_s, args.bench)
         rec = measure(args.synth, args.rtl, args.out, rate, args.trace,

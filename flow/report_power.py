@@ -22,6 +22,16 @@ def fig_power_by_engine(stages: dict, path: Path) -> dict | None:
             "commands": [stages["power"]["command"]], "note": rec["scope"]}
 
 
+def _energy_table(rec: dict) -> list[str]:
+    """Tokens/s, power, energy per token and tokens/s per W of a power record with a token rate (else nothing)."""
+    if "tokens_per_s" not in rec:
+        return []
+    return ["| tokens/s | power | energy per token | tokens/s per W | token rate from |", "|---|---|---|---|---|",
+            f"| {fmt_num(rec['tokens_per_s'], ',.0f')} | {fmt_num(rec['total_mW'], '.3f')} mW | "
+            f"{fmt_num(rec['energy_uJ_per_token'], '.4f')} uJ | {fmt_num(rec['tokens_per_s_per_W'], ',.0f')} | "
+            f"`{rec['tokens_per_s_source']}` |", ""]
+
+
 def fig_chip_power(stages: dict, path: Path) -> dict | None:
     rec = stages["chip_power"]["data"]
     if rec is None:
@@ -51,10 +61,7 @@ def md_chip_power(stages: dict, embed) -> list[str]:
            f"it ran, where the measured activity gives {d['measured_logic_mW_same_engines']:.2f} mW"
            + (f"; it crashed on {', '.join(d['engines_failed'])}" if d["engines_failed"] else "") + ". The measured "
            "figure is the one above.", ""]
-    if "tokens_per_s" in rec:
-        md += ["| tokens/s | power | energy per token | tokens/s per W | token rate from |", "|---|---|---|---|---|",
-               f"| {rec['tokens_per_s']:,.0f} | {rec['total_mW']:.2f} mW | {rec['energy_uJ_per_token']:.4f} uJ | "
-               f"{rec['tokens_per_s_per_W']:,.0f} | `{rec['tokens_per_s_source']}` |", ""]
+    md += _energy_table(rec)
     md += ["| engine | cells | internal mW | switching mW | leakage mW | macros mW | total mW | default-activity mW |",
            "|---|---|---|---|---|---|---|---|"]
     md += [f"| {e['engine']} | {e['cells']:,} | {e['internal_mW']:.3f} | {e['switching_mW']:.3f} | "
@@ -72,10 +79,7 @@ def md_power(stages: dict, embed) -> list[str]:
            f"(internal {fmt_num(rec['internal_mW'], '.3f')}, switching {fmt_num(rec['switching_mW'], '.3f')}, "
            f"leakage {fmt_num(rec['leakage_mW'], '.3f')} mW); OpenSTA's default activity would say "
            f"{fmt_num(rec['default_activity_total_mW'], '.3f')} mW (not measured). Scope: {rec['scope']}.", ""]
-    if "tokens_per_s" in rec:
-        md += ["| tokens/s | energy per token | tokens/s per W | token rate from |", "|---|---|---|---|",
-               f"| {fmt_num(rec['tokens_per_s'], ',.0f')} | {fmt_num(rec['energy_uJ_per_token'], '.4f')} uJ | "
-               f"{fmt_num(rec['tokens_per_s_per_W'], ',.0f')} | `{rec['tokens_per_s_source']}` |", ""]
+    md += _energy_table(rec)
     md += ["| engine | cells | cycles | internal mW | switching mW | leakage mW | total mW | default-activity mW |",
            "|---|---|---|---|---|---|---|---|"]
     md += [f"| {e['block']} | {e['cells']:,} | {e['cycles']:,} | {e['internal_mW']:.3f} | {e['switching_mW']:.3f} | "

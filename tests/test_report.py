@@ -439,7 +439,7 @@ def test_chip_report_draws_every_figure_titled_and_captioned(tmp_path):
     power = figs["power_by_engine.png"]
     assert sorted(power["legend"]) == ["OpenSTA default activity", "internal", "leakage", "switching"]
     assert power["title"] == "power by engine (tiny): 4.500 mW" and power["commands"] == ["make power"]
-    assert "| 40,000 | 0.1125 uJ | 8,888,889 | `build/sim/summary.json run tiny-g128-s12-long` |" in md
+    assert "| 40,000 | 4.500 mW | 0.1125 uJ | 8,888,889 | `build/sim/summary.json run tiny-g128-s12-long` |" in md
     assert "| dequant_mac | 1,000 | 500 | 2.000 | 0.500 | 0.250 | 2.750 | 1.417 |" in md
     tokens = figs["tokens_per_s.png"]
     assert tokens["commands"] == [CHIP_SIM["command"], report["stages"]["signoff"]["command"]]

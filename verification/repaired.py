@@ -186,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="the record (default: <signoff>/repaired.json)")
     args = ap.parse_args(argv)
     out = args.out or args.signoff / "repaired.json"
+    out.unlink(missing_ok=True)                                 # a failed run leaves no earlier verdict behind
     t0 = time.monotonic()
     try:
         so = json.loads((args.signoff / "signoff.json").read_text())
@@ -197,7 +198,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[repaired] {len(new.cells):,} cells; comparing ...", flush=True)
         rec = compare(gold, new)
     except (OSError, KeyError, PdkError, RepairedError) as e:
-        out.unlink(missing_ok=True)
         print(f"verification.repaired: error: {e}", file=sys.stderr)
         return 1
     rec.update({"synth": str(args.synth), "signoff": str(args.signoff), "runtime_s": round(time.monotonic() - t0, 1),
