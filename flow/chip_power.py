@@ -34,6 +34,7 @@ from pathlib import Path
 from flow.activity import Activity
 from flow.cell_models import DEFAULT_OUT as CELL_MODELS_OUT
 from flow.cell_models import ensure_models
+from flow.floorplan import engines_of as floorplan_engines
 from flow.macro_map import map_design, storage_lib
 from flow.macro_power import MacroPowerError, read_fakeram_lib, sram_power
 from flow.power import PowerError, check_linearity, instance_powers, rate_stats, token_rate
@@ -43,36 +44,35 @@ from pdk_config import PdkError, find_pdk
 
 REPO = Path(__file__).resolve().parent.parent
 SCHEMA = 1
-REST = "(core own logic)"       # cells outside every engine's part (flow.floorplan's name for that region)
 NOT_INCLUDED = ("clock tree (ideal clock before placement)", "msh_rom tables (logic only at placement)",
                 "msh_sram instances mapped to flip-flops (logic only at placement)")
 
 
-def engine_of(path: str, engines: list[str]) -> str:
-    """The engine (``core/mac``) whose instance path ``path`` starts with, the deepest first; REST if none."""
-    return next((e for e in engines if path == e or path.startswith(e + "/")), REST)
+def engine_of(path: str, engines: list[str], rest: str) -> str:
+    """The engine (``core/mac``) whose instance path ``path`` starts with, the deepest first; ``rest`` if none."""
+    return next((e for e in engines if path == e or path.startswith(e + "/")), rest)
 
 
-def engines_of(synth: dict) -> list[str]:
-    """synth.json's engines as instance paths (``core/mac``), the deepest first."""
-    names = [e["name"].replace(".", "/") for e in synth["hierarchy"]["engines"] if not e["name"].startswith("(")]
-    return sorted(names, key=lambda n: -n.count("/"))
+def engines_of(synth: dict) -> tuple[list[str], str]:
+    """synth.json's engines as instance paths (``core/mac``), the deepest first, and the name of the cells outside
+    them, as flow.floorplan reads them."""
+    names, rest, _ = floorplan_engines(synth)
+    return sorted(names, key=lambda n: -n.count("/")), rest
 
 
-def replay_with_toggles(synth_dir: Path, rtl_dir: Path, out: Path, trace: Path | None, log=print):
-    """The gate-level replay of the short run with every cell output's toggles counted: (chip, replay record,
-    RTL run report or None)."""
+def replay_with_toggles(synth_dir: Path, rtl_dir: Path, out: Path, trace: Path | None, cells_v: Path,
+                        outputs: dict[str, list[str]], log=print):
+    """The gate-level replay of the short run (cell models ``cells_v``) with the toggles of every output pin of
+    every cell counted (``outputs``: cell -> its output pins): (chip, replay record, RTL run report or None)."""
     from verification.replay import Chip, ReplayError, record_run, replay
     from verification.vcd import read_cycles
-    models = ensure_models(CELL_MODELS_OUT)
     try:
         run = None
         if trace is None:
             log(f"[chip_power] RTL short run with the top-level ports traced ({rtl_dir}) ...")
             trace, run = record_run(rtl_dir, out)
         cycles = read_cycles(trace)
-        chip = Chip(synth_dir, rtl_dir, out / "graphs", models.verilog, log=log,
-                    cell_outputs={name: list(c["outputs"]) for name, c in models.cells.items()})
+        chip = Chip(synth_dir, rtl_dir, out / "graphs", cells_v, log=log, cell_outputs=outputs)
         rec = replay(chip, cycles, log=log)
     except ReplayError as e:
         raise PowerError(f"gate-level replay: {e}") from None
@@ -128,7 +128,10 @@ def measure(synth_dir: Path, rtl_dir: Path, out: Path, rate: dict | None, trace:
     synth = json.loads((Path(synth_dir) / "synth.json").read_text())
     top, period = synth["top"], design_period_ns(None, synth, PowerError)
     t0 = time.monotonic()
-    chip, rec, run = replay_with_toggles(Path(synth_dir), Path(rtl_dir).resolve(), out, trace, log)
+    models = ensure_models(CELL_MODELS_OUT)
+    outputs = {name: list(c["outputs"]) for name, c in models.cells.items()}
+    chip, rec, run = replay_with_toggles(Path(synth_dir), Path(rtl_dir).resolve(), out, trace, models.verilog,
+                                         outputs, log)
     t_sim = time.monotonic() - t0
     activity = activity_of(chip, top)
     try:
@@ -136,7 +139,7 @@ def measure(synth_dir: Path, rtl_dir: Path, out: Path, rate: dict | None, trace:
         netlist = Path(synth_dir) / synth["files"]["sta_netlist"]
         log(f"[chip_power] OpenSTA: {len(activity.pins):,} cells at activity 0 and 1 ...")
         sta = sta_power(liberty, netlist, top, period, out / "sta", default=False)
-        engines = engines_of(synth)
+        engines, rest = engines_of(synth)
         parts = {e: f"{top}.{e.replace('/', '.')}" for e in engines}
         log(f"[chip_power] OpenSTA's default activity, {len(parts)} engines one by one ...")
         defaults = defaults_by_part(liberty, netlist, parts, period, out / "default", log)
@@ -144,19 +147,17 @@ def measure(synth_dir: Path, rtl_dir: Path, out: Path, rate: dict | None, trace:
     except (PdkError, PowerStaError, MacroPowerError) as e:
         raise PowerError(str(e)) from None
     linear = check_linearity(sta)
-    models = ensure_models(CELL_MODELS_OUT)
-    outputs = {name: list(c["outputs"]) for name, c in models.cells.items()}
     by = {e: {"engine": e, **{f"{c}_mW": 0.0 for c in COLUMNS}, "macros_mW": 0.0, "cells": 0}
-          for e in [*engines, REST]}
+          for e in [*engines, rest]}
     rates = []
     for inst, a, power in instance_powers(sta, activity, outputs):
-        row = by[engine_of(inst, engines)]
+        row = by[engine_of(inst, engines, rest)]
         row["cells"] += 1
         rates.append(a)
         for c, p in zip(COLUMNS, power):
             row[f"{c}_mW"] += p * 1e3
     for m in macros:
-        by[engine_of(m["path"][len(top) + 1:].replace(".", "/"), engines)]["macros_mW"] += \
+        by[engine_of(m["path"][len(top) + 1:].replace(".", "/"), engines, rest)]["macros_mW"] += \
             (m["leakage_W"] + m["clock_W"] + m["pins_W"]) * 1e3
     stats = rate_stats(rates)
     for row in by.values():
@@ -180,7 +181,7 @@ def measure(synth_dir: Path, rtl_dir: Path, out: Path, rate: dict | None, trace:
             "what": "OpenSTA's default (0.1 transitions per cycle at the inputs, propagated), each engine's part "
                     "linked on its own (the whole chip crashes this OpenSTA); logic only",
             "engines_run": [r["engine"] for r in ran],
-            "engines_failed": [r["engine"] for r in rows if r["engine"] != REST and r["default_activity_mW"] is None],
+            "engines_failed": [r["engine"] for r in rows if r["engine"] != rest and r["default_activity_mW"] is None],
             "total_mW": sum(r["default_activity_mW"] for r in ran),
             "measured_logic_mW_same_engines": sum(r["total_mW"] - r["macros_mW"] for r in ran)},
         "sim_s": round(t_sim, 1), "power_s": round(time.monotonic() - t0 - t_sim, 1)}

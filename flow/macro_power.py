@@ -19,9 +19,10 @@ no macro: they are listed as not priced here.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
+
+from flow.cell_models import CellModelError, parse_liberty
 
 ENERGY_J = 1e-15        # liberty energy unit: voltage_unit (1V) x current_unit (1uA) x time_unit (1ns)
 ADDRESS_PINS = ("raddr", "waddr", "re", "we")        # msh_sram inputs that reach every tile
@@ -44,28 +45,29 @@ class RamPower:
 
 
 def read_fakeram_lib(path: Path) -> RamPower:
-    text = Path(path).read_text()
+    try:
+        lib = parse_liberty(Path(path).read_text())
+    except CellModelError as e:
+        raise MacroPowerError(f"{path}: {e}") from None
     for unit, allowed in _UNITS.items():
-        m = re.search(rf'{unit}\s*:\s*"?([^";]+)"?\s*;', text)
-        if m is None or m[1].strip() not in allowed:
-            raise MacroPowerError(f"{path}: {unit} is {m and m[1]!r}, expected one of {allowed} (the energy and "
-                                  "leakage units this reader assumes)")
-    leak = re.search(r"^\s*cell_leakage_power\s*:\s*([\d.eE+-]+)", text, re.M)
-    if leak is None:
-        raise MacroPowerError(f"{path}: no cell_leakage_power")
-    heads = list(re.finditer(r"^\s*(pin|bus)\s*\(\s*(\w+)\s*\)", text, re.M))
+        if lib.attrs.get(unit) not in allowed:
+            raise MacroPowerError(f"{path}: {unit} is {lib.attrs.get(unit)!r}, expected one of {allowed} (the "
+                                  "energy and leakage units this reader assumes)")
+    cells = lib.sub("cell")
+    if len(cells) != 1 or "cell_leakage_power" not in cells[0].attrs:
+        raise MacroPowerError(f"{path}: expected one cell with a cell_leakage_power, found {len(cells)} cells")
     pins = {}
-    for k, h in enumerate(heads):
-        body = text[h.end():heads[k + 1].start() if k + 1 < len(heads) else len(text)]
-        energies = [float(v) for v in re.findall(r'(?:rise|fall)_power\s*\(\s*scalar\s*\)\s*\{\s*values\s*\(\s*"'
-                                                 r'([\d.eE+-]+)"', body)]
-        if energies:
-            pins[h[2]] = energies
+    for g in cells[0].groups:
+        if g.kind in ("pin", "bus"):
+            energies = [float(t.attrs["values"]) for ip in g.sub("internal_power") for t in ip.groups
+                        if t.kind in ("rise_power", "fall_power") and "values" in t.attrs]
+            if energies:
+                pins[g.args[0]] = energies
     if "clk" not in pins or len(pins["clk"]) != 2:
         raise MacroPowerError(f"{path}: the clock pin clk has {pins.get('clk')} internal energies, expected a rise "
                               "and a fall value")
     clk = pins.pop("clk")
-    return RamPower(Path(path).stem, float(leak[1]) * 1e-9, sum(clk) * ENERGY_J,
+    return RamPower(Path(path).stem, float(cells[0].attrs["cell_leakage_power"]) * 1e-9, sum(clk) * ENERGY_J,
                     {p: max(e) * ENERGY_J for p, e in pins.items()})
 
 

@@ -35,13 +35,21 @@ def progress(msg: str) -> None:
 
 # ---------------------------------------------------------------------------------------------- netlist
 
+def lef_directions(lef: Lef, ctype: str) -> dict[str, str] | None:
+    """Signal pin -> direction (``input``, ``output``) of the LEF master ``ctype``; None if no LEF defines it."""
+    master = lef.masters.get(ctype)
+    if master is None:
+        return None
+    return {p.name: p.direction.lower() for p in master.pins.values() if p.use not in ("POWER", "GROUND")}
+
+
 def flatten(netlist: Path, macros: Path, top: str, lef: Lef) -> dict:
     """The STA netlist, flat, as one module of Yosys' JSON (flow/rtlil_flat.py); cell pin directions from the LEF."""
     def directions(ctype: str) -> dict[str, str]:
-        master = lef.masters.get(ctype)
-        if master is None:
+        found = lef_directions(lef, ctype)
+        if found is None:
             raise PlaceError(f"{netlist} instantiates {ctype}, which no LEF defines (nor {macros.name})")
-        return {p.name: p.direction.lower() for p in master.pins.values() if p.use not in ("POWER", "GROUND")}
+        return found
 
     try:
         return flatten_rtlil(netlist, macros.read_text(), top, directions)

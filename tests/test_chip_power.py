@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from flow.chip_power import REST, engine_of, engines_of
+from flow.chip_power import engine_of, engines_of
 from flow.macro_power import MacroPowerError, read_fakeram_lib, sram_power
 
 LIB = """library(fakeram45_8x16) {
@@ -63,10 +63,10 @@ def test_a_liberty_in_other_units_is_refused(tmp_path):
 
 
 def test_an_instance_belongs_to_the_deepest_engine_its_path_starts_with():
-    engines = engines_of({"hierarchy": {"engines": [{"name": "core.mac"}, {"name": "core.mac.store"},
-                                                    {"name": "(core own logic)"}, {"name": "core.kda"}]}})
-    assert engines[0] == "core/mac/store"
-    assert engine_of("core/mac/store/_1_", engines) == "core/mac/store"
-    assert engine_of("core/mac/_2_", engines) == "core/mac"
-    assert engine_of("core/mac_input/_3_", engines) == REST        # a prefix of the name is not its engine
-    assert engine_of("core/_4_", engines) == REST and engine_of("_5_", engines) == REST
+    rows = [{"name": n, "area_um2": 1.0} for n in ("core.mac", "core.mac.store", "(core own logic)", "core.kda")]
+    engines, rest = engines_of({"hierarchy": {"engines": rows}})
+    assert engines[0] == "core/mac/store" and rest == "(core own logic)"
+    assert engine_of("core/mac/store/_1_", engines, rest) == "core/mac/store"
+    assert engine_of("core/mac/_2_", engines, rest) == "core/mac"
+    assert engine_of("core/mac_input/_3_", engines, rest) == rest        # a prefix of the name is not its engine
+    assert engine_of("core/_4_", engines, rest) == rest and engine_of("_5_", engines, rest) == rest

@@ -22,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+from flow.place_netlist import flatten, inst_path, lef_directions
 from flow.rtlil_flat import macro_directions
 
 BUFFERS = ("BUF", "CLKBUF")
@@ -94,7 +95,6 @@ class Netlist:
 
 def synthesised(synth_dir: Path, lef) -> Netlist:
     """``make synth``'s STA netlist, flat (flow.place_netlist.flatten), cells named as OpenSTA names them."""
-    from flow.place_netlist import flatten, inst_path
     s = json.loads((synth_dir / "synth.json").read_text())
     files = s["files"]
     module = flatten(synth_dir / files["sta_rtlil"], synth_dir / files["macro_modules"], s["top"], lef)
@@ -147,12 +147,10 @@ def signed_off(netlist_v: Path, lef) -> Netlist:
             ports[name] = (kind, [alias.get(n, n) for n in nets])
 
     def directions(ctype: str) -> dict[str, str]:
-        if ctype in macros:
-            return macros[ctype]
-        master = lef.masters.get(ctype)
-        if master is None:
+        found = macros.get(ctype) or lef_directions(lef, ctype)
+        if found is None:
             raise RepairedError(f"{netlist_v} instantiates {ctype}, which no LEF defines")
-        return {p.name: p.direction.lower() for p in master.pins.values() if p.use not in ("POWER", "GROUND")}
+        return found
     return Netlist(cells, directions, ports)
 
 
