@@ -18,7 +18,7 @@ import math
 import numpy as np
 
 from .config import L2_EPS, RMS_EPS, ROUTER_SCALE, ModelConfig
-from .fxp_math import (LOG2E_Q24, apply_mant, kda_decay, l2norm, recip, rmsnorm, sigmoid, silu,
+from .fxp_math import (apply_mant, kda_decay, l2norm, recip, rmsnorm, sigmoid, silu,
                        softmax_combine, softmax_exp, softmax_probs, to_log2)
 from .fxp_ops import (ACC_FRAC, ALPHA, LOGIT, RW, UNIT, P, S, X, embed_row, mac_input, matvec, round_shift,
                       wide_dot)
@@ -57,14 +57,14 @@ def kda_alpha(f, a_q88, dtb) -> np.ndarray:
 def kda_state_update(S_, q_hat, k_hat, v, beta, alpha) -> tuple[np.ndarray, np.ndarray]:
     """One position of the delta rule for all heads (SPEC §6.3 step 6), without the 1/sqrt(dh).
 
-    S_ (H, dh, dh) in S (Q4.28); q_hat, k_hat (H, dh) UNIT; v (H, dh) X; beta (H,) P;
+    S_ (H, dh, dh) in S (Q4.24); q_hat, k_hat (H, dh) UNIT; v (H, dh) X; beta (H,) P;
     alpha (H, dh) ALPHA. Returns (S', read) with read = q_hat . S' in S format. The 1/sqrt(dh)
     of the spec is folded into the gated norm's epsilon (``gated_norm``), which is exact.
     """
     S_ = np.asarray(S_, dtype=np.int64)
     k_hat = np.asarray(k_hat, dtype=np.int64)
     S_ = round_shift(S_ * np.asarray(alpha, dtype=np.int64)[:, :, None], ALPHA.frac)  # decay rows
-    kS = round_shift(np.einsum("hi,hij->hj", k_hat, S_), UNIT.frac)                  # (H, dh) frac 28
+    kS = round_shift(np.einsum("hi,hij->hj", k_hat, S_), UNIT.frac)                  # (H, dh) S.frac
     u = S.fit((np.asarray(v, dtype=np.int64) << (S.frac - X.frac)) - kS, S.frac)     # (H, dh)
     bu = round_shift(u * np.asarray(beta, dtype=np.int64)[:, None], P.frac)          # (H, dh)
     S_ = S.fit(S_ + round_shift(k_hat[:, :, None] * bu[:, None, :], UNIT.frac), S.frac)
@@ -174,24 +174,30 @@ def mix_plan(cfg: ModelConfig) -> list[tuple[bool, bool]]:
 
 
 # --- the model ---------------------------------------------------------------------------------
-_TRACE_FRACS = {
-    "emb": X.frac, "in": X.frac, "res_attn.x": X.frac, "res_mlp.x": X.frac, "p": X.frac, "out": X.frac,
-    "final.x": X.frac, "norm1": X.frac, "norm2": X.frac, "final.norm": X.frac,
-    "res_attn.probs": P.frac, "res_mlp.probs": P.frac, "final.probs": P.frac, "logits": LOGIT.frac,
-    "kda.q_pre": X.frac, "kda.k_pre": X.frac, "kda.v_pre": X.frac, "kda.q": X.frac, "kda.k": X.frac,
-    "kda.v": X.frac, "kda.beta": P.frac, "kda.f": X.frac, "kda.alpha": ALPHA.frac, "kda.z": X.frac,
-    "kda.S": S.frac, "kda.read": S.frac, "kda.gated": X.frac, "kda.o": X.frac,
-    "mla.c": X.frac, "mla.q": X.frac, "mla.k": X.frac, "mla.v": X.frac, "mla.scores": X.frac,
-    "mla.probs": P.frac, "mla.ctx": X.frac, "mla.o": X.frac,
-    "moe.scores": P.frac, "moe.topk": 0, "moe.weights": RW.frac, "moe.out": X.frac,
+_TRACE_FORMATS = {
+    "emb": X, "in": X, "res_attn.x": X, "res_mlp.x": X, "p": X, "out": X,
+    "final.x": X, "norm1": X, "norm2": X, "final.norm": X,
+    "res_attn.probs": P, "res_mlp.probs": P, "final.probs": P, "logits": LOGIT,
+    "kda.q_pre": X, "kda.k_pre": X, "kda.v_pre": X, "kda.q": X, "kda.k": X,
+    "kda.v": X, "kda.beta": P, "kda.f": X, "kda.alpha": ALPHA, "kda.z": X,
+    "kda.S": S, "kda.read": S, "kda.gated": X, "kda.o": X,
+    "mla.c": X, "mla.q": X, "mla.k": X, "mla.v": X, "mla.scores": X,
+    "mla.probs": P, "mla.ctx": X, "mla.o": X,
+    "moe.scores": P, "moe.topk": None, "moe.weights": RW, "moe.out": X,
 }
+
+
+def trace_format(key: str):
+    """The format of a trace entry (keys as in ``golden.trace_keys``); None for the chosen experts' indices."""
+    head, _, rest = key.partition(".")
+    local = rest if head[:1] == "L" and head[1:].isdigit() else key
+    return _TRACE_FORMATS[local]
 
 
 def trace_frac(key: str) -> int:
     """Fractional bits of a trace entry (keys as in ``golden.trace_keys``)."""
-    head, _, rest = key.partition(".")
-    local = rest if head[:1] == "L" and head[1:].isdigit() else key
-    return _TRACE_FRACS[local]
+    fmt = trace_format(key)
+    return fmt.frac if fmt is not None else 0
 
 
 def trace_real(trace: dict) -> dict:

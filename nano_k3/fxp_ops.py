@@ -55,7 +55,7 @@ A = Fmt("A", 20, 0)              # MAC-array input mantissa (int20); its exponen
 UNIT = Fmt("UNIT", 24, 23)       # L2-normalised q_hat, k_hat (|v| <= 1, saturates at 1 - 2^-23)
 P = Fmt("P", 24, 23, False)      # probabilities, sigmoid and exp outputs, reciprocal mantissas
 ALPHA = Fmt("ALPHA", 23, 23, False)  # KDA decay alpha in (e^-5, 1)
-S = Fmt("S", 32, 28)             # KDA state and its read-out
+S = Fmt("S", 28, 24)             # KDA state and its read-out
 RW = Fmt("RW", 24, 22, False)    # router weights (<= 2.828)
 T = Fmt("T", 32, 24)             # base-2 softmax exponents t = score x log2(e) (scaled), |t| < 128
 LOGIT = Fmt("LOGIT", 32, 16)     # int32 logits written by the chip: real logit x 2^16

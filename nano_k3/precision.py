@@ -13,7 +13,7 @@ With ``--trained`` the weights are the trained image (nano_k3/trained/nano.bin, 
 nano_k3.train``) and the tokens are held-out text (windows of the held-out stdlib modules, encoded
 with the committed tokenizer); the bounds are issue 19's for trained weights (1 - cos <= 1e-4,
 agreement >= 0.99). It also prints the headroom of the formats on those weights: the peak |value|
-of every X (Q8.24) and S (Q4.28) trace entry of the fixed-point model against the format's limit,
+of every X and S trace entry of the fixed-point model against the format's limit,
 and how many entries sat at the limit (saturated).
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ import numpy as np
 
 from .config import GROUP_SIZES, preset
 from .corpus import TRAINED_DIR, heldout_stream, load_tokenizer, windows
-from .fixed import FixedModel, trace_frac
+from .fixed import FixedModel, trace_format, trace_frac
 from .fxp_ops import S, X
 from .golden import GoldenModel
 from .image import read_image
@@ -38,7 +38,7 @@ from .weights import generate, generate_tokens
 MAX_ONE_MINUS_COS = 2e-5  # per logits row, vs the float32 golden model
 MIN_AGREEMENT = 1.0
 TRAINED_BOUNDS = {"max_one_minus_cos": 1e-4, "min_agreement": 0.99}  # issue 19, trained weights
-HEADROOM_FORMATS = {X.frac: X, S.frac: S}  # trace entries held in 32-bit X or S containers
+HEADROOM_FORMATS = (X, S)  # trace entries of the datapath's wide containers: the residual stream, the KDA state
 
 
 def run_case(cfg, seed: int, positions: int) -> dict:
@@ -67,12 +67,12 @@ def trained_cases(folder, n_windows: int, positions: int) -> tuple[list[dict], d
                       "agreement": argmax_agreement(chip, ref), "chip": chip, "ref": ref})
         for tr in traces:
             for key, v in tr.items():
-                fmt = HEADROOM_FORMATS.get(trace_frac(key)) if key not in ("logits",) else None
-                if fmt is not None and fmt.bits == 32 and np.size(v):
+                fmt = trace_format(key)
+                if fmt in HEADROOM_FORMATS and np.size(v):
                     v = np.asarray(v)
                     peak, sat = peaks.get(key, (0, 0))
                     peaks[key] = (max(peak, int(np.abs(v).max())), sat + int(((v == fmt.lo) | (v == fmt.hi)).sum()))
-    headroom = {k: {"peak": p / (1 << trace_frac(k)), "limit": HEADROOM_FORMATS[trace_frac(k)].hi / (1 << trace_frac(k)),
+    headroom = {k: {"peak": p / (1 << trace_frac(k)), "limit": trace_format(k).hi / (1 << trace_frac(k)),
                     "saturated": s} for k, (p, s) in peaks.items()}
     return cases, dict(sorted(headroom.items(), key=lambda kv: -kv[1]["peak"] / kv[1]["limit"]))
 
@@ -111,7 +111,7 @@ def _trained_report(args) -> tuple[dict, dict[int, list[dict]]]:
     cases, headroom = trained_cases(TRAINED_DIR, args.windows, args.positions)
     for c in cases:
         print(f"window {c['seed']:3d}: max 1-cos {max(c['one_minus_cos']):.2e} agree {c['agreement']:.3f}")
-    print(f"({time.time() - t0:.1f} s)\nheadroom of the 32-bit formats on trained weights (peak |value| / limit, "
+    print(f"({time.time() - t0:.1f} s)\nheadroom of the X and S formats on trained weights (peak |value| / limit, "
           f"entries at the limit), the five closest:")
     for key, h in list(headroom.items())[:5]:
         print(f"  {key:16s} {h['peak']:10.4f} / {h['limit']:.1f}  saturated {h['saturated']}")

@@ -44,7 +44,7 @@ from .quantize import param_limits, to_weights
 from .tensors import MatSpec, ParamSpec, tensor_specs
 
 IMAGE_SEQ_LEN = 48            # the SPEC long run's length; the image's tokens are held-out text
-# The chip keeps the KDA state, and the delta rule's error u = v - k.S, in S = Q4.28 (+-8, docs/fixed_point.md).
+# The chip keeps the KDA state, and the delta rule's error u = v - k.S, in S = Q4.24 (+-8, docs/fixed_point.md).
 # Trained freely, |v| and |u| reach twice that and saturate; the model hardly needs the scale (the read-out
 # is RMS-normalised), so training pays RANGE_WEIGHT x the squared excess of |v| and |S| over these bounds.
 RANGE_BOUNDS = {".kda.v": 4.0, ".kda.S": 6.0}
