@@ -2,9 +2,10 @@
 
 Arithmetic (formats in docs/fixed_point.md; every width is derived from ``nano_k3`` at construction):
 
-    r_k     = rmsnorm(c_k, X.frac, w)               Σc² exact, rounded to SQ_FRAC, + eps·d, rsqrt LUT,
-                                                    × mant, × (1 + w), → X
-    score_k = X.fit(Σ_j r_kj · proj_j)              exact sum (frac X.frac + 11), round, saturate
+    h_j     = (2^13 + w_j) · proj_j                 exact (frac 13 + 11), per element index
+    (m_k, e_k) = rms_rsqrt(c_k)                     Σc² exact, rounded to SQ_FRAC, + eps·d, rsqrt LUT
+    score_k = X.fit(apply_mant(round(Σ_j c_kj h_j, MIX_DOT_FRAC), m_k, e_k))
+                                                    = dot(RN(c_k, w), proj), the dot exact while c streams in
     t_k     = to_log2(score_k)                      × log2 e (C_FRAC), round, saturate → T
     e_k     = exp2_neg(max t − t_k)                 P (UQ1.23)
     mixed_j = apply_mant(round(Σ_k e_k c_kj, X.frac), recip(Σ e)) → X (saturate)
@@ -26,29 +27,27 @@ transfer, a transfer starting at element index j (a multiple of K):
 
 Storage. One ``msh_sram`` of max_d / K words holds, at address a, K element groups (element
 K·a + l at group l); a group is element K·a + l of every candidate slot (each slot X.bits rounded up
-to whole bytes) plus its w and proj. A transfer writes one word (all byte strobes). The score pass
-and the combine read all candidates of K elements in one access, so both run at K elements per cycle
-with max_cands × K lanes. nano (max_cands 4, max_d 64): 64 × 160 bits at K = 1, 32 × 320 at K = 2,
-16 × 640 at K = 4.
+to whole bytes). A transfer writes one word (all byte strobes). The combine reads all candidates of K
+elements in one access, so it runs at K elements per cycle with max_cands × K lanes. nano (max_cands 2,
+max_d 64): 64 × 64 bits at K = 1, 32 × 128 at K = 2, 16 × 256 at K = 4.
 LUTs: ``hw.lib.lut`` Rsqrt, Exp2Neg, Recip, one of each (one msh_rom each, ``<rom_dir>/<table>.hex``).
 
-Lanes. Candidate k owns lane k: K ApplyMant, K × gain multipliers, K X × X multipliers and one
-accumulator of Σc² width (it adds the K products of a cycle in one adder, no tree stage: at K = 4 that
-sum is still shorter than the × gain path at the slow corner). The three passes below never overlap,
-so each lane unit serves two of them: the multipliers square c_kj in the ingest and multiply
-r_kj · proj_j in the score pass (the accumulator holds Σc²_k, then score_k); the ApplyMant form
-c_kj × mant_k in the score pass and the exact product e_k · c_kj in the combine (exponent
-``e_exact``: shift 0, no rounding). The combine has K output ApplyMant (× recip). Everything per
-candidate but not per element (the + eps·d rounding, to_log2, max, Exp2Neg, Σe, Recip) runs one
-candidate per cycle on one shared Rsqrt / Exp2Neg / Recip.
+Lanes. Candidate k owns lane k: K X × X multipliers (c_kj²), K X × h multipliers (c_kj · h_j), K
+ApplyMant and two accumulators, Σc² and the score dot (each adds the K products of a cycle in one adder,
+no tree stage); the K products h_j = gain_j · proj_j are formed once per transfer for every candidate.
+The ApplyMant form the exact products e_k · c_kj in the combine (exponent ``e_exact``: shift 0, no
+rounding); the combine has K output ApplyMant (× recip). Everything per candidate but not per element
+(the + eps·d rounding, the score's × rsqrt, to_log2, max, Exp2Neg, Σe, Recip) runs one candidate per cycle
+on one shared Rsqrt / score ApplyMant / Exp2Neg / Recip. The score is linear in c_k after RMSNorm's scale,
+so it needs no pass over the buffer after the norms (the mixer had one until issue 21: d/K + 13 cycles a
+mix).
 
 Schedule (one mix at a time):
-    ingest     K element indices per cycle: SRAM write; per lane, c_kj | K c_kj² | accumulate their sum
+    ingest     K element indices per cycle: SRAM write; per lane, c_kj and h_j | K c_kj², K c_kj·h_j |
+               accumulate both sums
     rsqrt      per candidate, one per cycle: mux Σc²_k, + eps·d, round to SQ_FRAC (register) | Rsqrt
-    score      one pass, d / K SRAM reads (1/cycle), every lane and element in parallel:
-               ApplyMant(c_kj × mant_k, e_k) | × gain_j | round, saturate | × proj_j | accumulate Σ of K
-    to_log2    per candidate, one per cycle: mux score_k, round, saturate | × log2 e (two 25-bit
-               halves) | round → t_k | store, running max
+    score      per candidate, one per cycle: mux the dot, round to MIX_DOT_FRAC | ApplyMant × mant_k, e_k,
+               saturate to X | × log2 e (two 25-bit halves) | round → t_k | store, running max
     softmax    Exp2Neg of max t − t_k (one per cycle) and Σe | Recip
     combine    d / K SRAM reads (1/cycle), every lane: ApplyMant(e_k × c_kj) | Σ_k, round to frac 16 |
                ApplyMant(× recip mant, shift, saturate) → ``o``; a stall-able pipeline
@@ -56,9 +55,10 @@ Schedule (one mix at a time):
 The next mix's ingest starts once the combine has read the last word (it overlaps the combine
 pipeline's drain and ``o``); its rsqrt waits until the previous mix's ``o`` and ``e`` are out.
 Latency (no stalls, ``ResMixer.latency``, checked by the test): the last ``o`` transfer leaves
-3·d/K + 3·n + 37 cycles after the first ``i`` transfer was accepted (with the present hw.lib.lut
-latencies); nano (d = 64): K = 1: 235 cycles for n = 2, 232 for n = 1, 241 for n = 4; K = 2: 139 for
-n = 2, 136 for n = 1, 145 for n = 4; K = 4: 91 for n = 2, 88 for n = 1, 97 for n = 4.
+2·d/K + 3·n + 31 cycles after the first ``i`` transfer was accepted (with the present hw.lib.lut
+latencies); nano (d = 64): K = 1: 165 cycles for n = 2, 162 for n = 1, 171 for n = 4; K = 2: 101 for
+n = 2, 98 for n = 1, 107 for n = 4; K = 4: 69 for n = 2, 66 for n = 1, 75 for n = 4 (91 for n = 2 with the
+score pass).
 
 Code: this file holds the parameters, the latency formula and the composition; hw/res_mixer_parts.py
 the buffer and ingest, the controller, the lanes, the running max and the combine.
@@ -66,7 +66,6 @@ the buffer and ingest, the controller, the lanes, the running max and the combin
 from __future__ import annotations
 
 import inspect
-import math
 from dataclasses import dataclass
 from types import SimpleNamespace
 
@@ -78,11 +77,12 @@ from amaranth.lib.wiring import In, Out
 from hw.lib.lut import ApplyMant, Exp2Neg, Recip, Rsqrt
 from hw.lib.lut_rom import port_of
 from hw.params import require_instance, signed_bits
-from hw.res_mixer_parts import PARAM_BITS, W_FRAC, buffer_and_ingest, combine, controller, lanes, running_max
+from hw.res_mixer_parts import W_FRAC, buffer_and_ingest, combine, controller, lanes, running_max
 from hw.roms import ROM_DIR
 from nano_k3 import fxp_math, luts
-from nano_k3.fixed import Q4_11
+from nano_k3.fixed import MIX_DOT_FRAC, Q4_11
 from nano_k3.fxp_ops import SQ_FRAC, P, T, X
+from nano_k3.tensors import PARAM_BITS
 
 PROJ_FRAC = Q4_11      # proj Q4.11 (fixed.residual_mix)
 NUM_FRAC = X.frac      # softmax_combine rounds the numerator Σ e·v to X.frac fractional bits
@@ -140,8 +140,8 @@ def e_layout() -> StructLayout:
 
 def sram_shape(params: ResMixerParams) -> tuple[int, int]:
     """(words, bits per word) of the candidate buffer: max_d / K words of K element groups, a group
-    being max_cands X slots of whole bytes, then w and proj."""
-    group_bits = params.max_cands * 8 * -(-X.bits // 8) + 2 * PARAM_BITS
+    being max_cands X slots of whole bytes."""
+    group_bits = params.max_cands * 8 * -(-X.bits // 8)
     return params.max_d // params.lanes, params.lanes * group_bits
 
 class ResMixer(wiring.Component):
@@ -168,12 +168,14 @@ class ResMixer(wiring.Component):
         ss_max = (sq_max + (1 << (self.sq_shift - 1))) >> self.sq_shift if self.sq_shift > 0 else sq_max << -self.sq_shift
         self.ss_bits = (ss_max + max(self.eps)).bit_length()
         self.frac_bits = (SQ_FRAC + self.log2_max_d).bit_length()
-        # |RN before gain| <= sqrt(d) in real units (plus LUT error): one bit of margin on top
-        self.y_bits = (2 * math.isqrt(p.max_d - 1) + 2 << xf).bit_length() + 1
-        self.gain_bits = signed_bits(-(1 << (PARAM_BITS - 1)) + (1 << W_FRAC), (1 << (PARAM_BITS - 1)) - 1 + (1 << W_FRAC))
-        prod_hi = (1 << (xb - 1)) * (1 << (PARAM_BITS - 1))
-        self.score_bits = signed_bits(-p.max_d * prod_hi, p.max_d * prod_hi)
-        self.score_shift = PROJ_FRAC                              # frac X.frac + 11 -> X
+        # the score dot: h_j = gain_j · proj_j exact, Σ_j c_kj · h_j exact, then rounded to MIX_DOT_FRAC
+        g_lo, g_hi = (1 << W_FRAC) - (1 << (PARAM_BITS - 1)), (1 << W_FRAC) + (1 << (PARAM_BITS - 1)) - 1
+        pj = 1 << (PARAM_BITS - 1)
+        h_lo, h_hi = min(g_lo * (pj - 1), g_hi * -pj), max(g_lo * -pj, g_hi * (pj - 1))
+        self.h_bits = signed_bits(h_lo, h_hi)
+        dot_hi = p.max_d * (1 << (xb - 1)) * max(-h_lo, h_hi)
+        self.dot_bits = signed_bits(-dot_hi, dot_hi)
+        self.dot_shift = xf + W_FRAC + PROJ_FRAC - MIX_DOT_FRAC
         self.log2e_lo_bits = (fxp_math.LOG2E_Q24.bit_length() + 1) // 2
         exp2 = luts.tables()["exp2"]
         if exp2.index_bits + exp2.interp_bits != T.frac:
@@ -188,20 +190,20 @@ class ResMixer(wiring.Component):
         self.cnt_bits = self.addr_bits + 1          # transfers / word reads of one mix: 1..max_d / K
         self.k_bits = max(1, (p.max_cands - 1).bit_length())
         # LUT-unit cores (constructed here so that their widths are known for the members): one Rsqrt,
-        # Exp2Neg and Recip shared by the candidates, K ApplyMant per lane (lane_apply[k][l])
+        # score ApplyMant, Exp2Neg and Recip shared by the candidates, K ApplyMant per lane (lane_apply[k][l])
         self.rsqrt = Rsqrt(m_bits=self.ss_bits, frac_bits=self.frac_bits, rom_dir=p.rom_dir,
                            port=port_of(roms, "rsqrt"))
         self.exp2 = Exp2Neg(t_bits=T.bits, rom_dir=p.rom_dir, port=port_of(roms, "exp2"))   # max t − t_k
         self.recip = Recip(m_bits=self.esum_bits, frac_bits=P.frac.bit_length(), rom_dir=p.rom_dir,
                            port=port_of(roms, "recip"))
-        # the lanes' ApplyMant also forms the combine's exact products e_k·c_kj: e = e_exact gives shift 0
+        self.score_apply = ApplyMant(v_bits=self.dot_bits - self.dot_shift + 1, v_frac=MIX_DOT_FRAC, out_frac=xf,
+                                     out_bits=xb, e_range=self.rsqrt.e_range,
+                                     mant_bits=luts.tables()["rsqrt"].base_bits)
+        # the lanes' ApplyMant form the combine's exact products e_k·c_kj: e = e_exact gives shift 0
         prod_bits = signed_bits(-e_max * (1 << (xb - 1)), e_max * ((1 << (xb - 1)) - 1))
         self.e_exact = xf + fxp_math.MANT_FRAC - xf
-        if not self.rsqrt.e_range[0] <= self.e_exact <= self.rsqrt.e_range[1]:
-            raise ValueError(f"e_exact {self.e_exact} lies outside the lane ApplyMant's e_range {self.rsqrt.e_range}")
-        self.lane_apply = [[ApplyMant(v_bits=xb, v_frac=xf, out_frac=xf, out_bits=max(self.y_bits, prod_bits),
-                                      e_range=self.rsqrt.e_range,
-                                      mant_bits=max(luts.tables()["rsqrt"].base_bits, P.bits))
+        self.lane_apply = [[ApplyMant(v_bits=xb, v_frac=xf, out_frac=xf, out_bits=prod_bits,
+                                      e_range=(self.e_exact, self.e_exact), mant_bits=P.bits)
                             for _ in range(p.lanes)] for _ in range(p.max_cands)]
         self.apply_o = [ApplyMant(v_bits=self.num_bits, v_frac=NUM_FRAC, out_frac=xf, out_bits=xb,
                                   e_range=self.recip.e_range, mant_bits=luts.tables()["recip"].base_bits)
@@ -221,18 +223,17 @@ class ResMixer(wiring.Component):
         """Cycles from the first accepted ``i`` transfer to the last ``o`` transfer of a mix of n
         candidates of d elements on a build with ``lanes`` = K, no idles, no back-pressure.
 
-        d / K words: d / K ingest cycles and 3 to finish Σc²; n Rsqrt issues (after one register
-        stage); d / K score reads, the score pipeline (read, ApplyMant, × gain, round, × proj, accumulate)
-        and one cycle to see it done; n to_log2 issues and the to_log2 pipeline (round, × log2 e,
-        round, store); n Exp2Neg issues and one cycle to collect; Recip and one cycle to collect;
+        d / K words: d / K ingest cycles and 3 to finish Σc² and the dots; n Rsqrt issues (after one
+        register stage); n score issues, the score ApplyMant and the to_log2 pipeline (× log2 e, round,
+        store); n Exp2Neg issues and one cycle to collect; Recip and one cycle to collect;
         d / K combine reads and the combine pipeline (read, the lanes' ApplyMant e·c, ApplyMant × recip).
         """
         if lanes < 1 or lanes & (lanes - 1) or d < lanes or d % lanes:
             raise ValueError(f"d must be a positive multiple of lanes (a power of two), got d {d!r}, lanes {lanes!r}")
         words = d // lanes
         lat_rs, lat_am, lat_ex, lat_rc = Rsqrt.LATENCY, ApplyMant.LATENCY, Exp2Neg.LATENCY, Recip.LATENCY
-        ingest = words + 3 + n + lat_rs              # first score read
-        score = words + 5 + lat_am + n + 3           # score reads .. first Exp2Neg issue
+        ingest = words + 3 + n + lat_rs              # the candidates' rsqrts are back
+        score = n + lat_am + 2                       # score issues .. first Exp2Neg issue
         softmax = n + lat_ex + lat_rc + 1            # Exp2Neg issues .. first combine read
         combine = words + 1 + 2 * lat_am             # combine reads .. last o
         return ingest + score + softmax + combine
@@ -244,6 +245,7 @@ class ResMixer(wiring.Component):
         m.submodules.rsqrt = rsqrt = self.rsqrt
         m.submodules.exp2 = exp2 = self.exp2
         m.submodules.recip = recip = self.recip
+        m.submodules.score_apply = self.score_apply
         for k, ams in enumerate(self.lane_apply):
             for l, am in enumerate(ams):
                 m.submodules[f"lane_apply_{k}_{l}"] = am

@@ -1,6 +1,7 @@
-"""Residual mixer datapath: the candidate buffer and ingest (Σc² per candidate), the controller of the
-per-candidate steps and the passes over the buffer, the lanes (ApplyMant, gain, K products), to_log2 and
-the running max, and the combine into ``o``. These functions add their logic to the mixer's module
+"""Residual mixer datapath: the candidate buffer and ingest (Σc² and the score dot Σc·h per candidate),
+the controller of the per-candidate steps and the combine pass over the buffer, the lanes (the K squares and
+dot products; ApplyMant for the combine), the score and to_log2 and the running max, and the combine into
+``o``. These functions add their logic to the mixer's module
 (hw/res_mixer.py describes the mixer)."""
 from __future__ import annotations
 
@@ -10,12 +11,12 @@ from hw.lib.lut import ApplyMant
 from hw.lib.pipe import clamp, delay, eq_const, round_shift_const
 from nano_k3 import fxp_math
 from nano_k3.fxp_ops import SQ_FRAC, P, T, X
-from nano_k3.tensors import PARAM_BITS, PARAM_FORMATS
+from nano_k3.tensors import PARAM_FORMATS
 
 W_FRAC = PARAM_FORMATS["norm"][0]      # norm offset w (Q2.13): gain = 2^W_FRAC + w (fxp_math.rmsnorm)
 
 STATES = {name: k + 1 for k, name in enumerate((
-    "IDLE", "RSQRT", "RSQRT_WAIT", "SCORE", "SCORE_WAIT", "LOG2", "LOG2_WAIT",
+    "IDLE", "RSQRT", "RSQRT_WAIT", "SCORE", "LOG2_WAIT",
     "EXP", "EXP_WAIT", "RECIP", "RECIP_WAIT", "COMBINE", "COMBINE_WAIT"))}
 
 
@@ -31,7 +32,7 @@ def select(m: Module, regs: list, sel, name: str):
 
 def buffer_and_ingest(m: Module, ctx) -> None:
     """The candidate buffer (word a holds element groups K·a .. K·a + K − 1) and the ingest of a mix:
-    candidates, w and proj into the buffer, every candidate's Σc²."""
+    candidates into the buffer; h_j = (2^W_FRAC + w_j) · proj_j beside them for the lanes' score dots."""
     A, unit, nc, xb, kb_w, K = ctx.A, ctx.unit, ctx.nc, ctx.xb, ctx.kb_w, ctx.K
     we, re = Signal(), Signal()
     waddr, raddr = Signal(A), Signal(A)
@@ -41,7 +42,6 @@ def buffer_and_ingest(m: Module, ctx) -> None:
         i_clk=ClockSignal(), i_we=we, i_waddr=waddr, i_wdata=wdata,
         i_wstrb=Const((1 << (unit.word_bits // 8)) - 1, unit.word_bits // 8),
         i_re=re, i_raddr=raddr, o_rdata=rdata)
-    param_lsb = nc * unit.slot_bits
 
     def group(l):
         return rdata.word_select(l, unit.group_bits)
@@ -62,6 +62,7 @@ def buffer_and_ingest(m: Module, ctx) -> None:
     ss_ready = Signal()                 # every Σc² of the received mix is final, not yet taken
     a1_valid, a1_last, a2_valid, a2_last = Signal(), Signal(), Signal(), Signal()
     a1_v = [[Signal(signed(xb), name=f"a1_v_{k}_{l}") for l in range(K)] for k in range(nc)]   # (nc, K)
+    a1_h = [Signal(signed(unit.h_bits), name=f"a1_h_{l}") for l in range(K)]                  # (K,)
 
     ip = unit.i.payload
     take = Signal()
@@ -71,12 +72,12 @@ def buffer_and_ingest(m: Module, ctx) -> None:
         unit.proj.ready.eq(~hold & unit.i.valid & unit.w.valid),
         take.eq(unit.i.valid & unit.i.ready),
         we.eq(take), waddr.eq(j_in[:A]),
-        wdata.eq(Cat(*[Cat(*[Cat(ip.data[k][l], ip.data[k][l][-1].replicate(unit.slot_bits - xb))
-                             for k in range(nc)], unit.w.payload[l], unit.proj.payload[l])
-                       for l in range(K)])),
+        wdata.eq(Cat(*[Cat(ip.data[k][l], ip.data[k][l][-1].replicate(unit.slot_bits - xb))
+                       for l in range(K) for k in range(nc)])),
     ]
     m.d.sync += [a1_valid.eq(take), a1_last.eq(ip.last), a2_valid.eq(a1_valid), a2_last.eq(a1_last)]
     m.d.sync += [a1_v[k][l].eq(ip.data[k][l]) for k in range(nc) for l in range(K)]
+    m.d.sync += [a1_h[l].eq((unit.w.payload[l] + (1 << W_FRAC)) * unit.proj.payload[l]) for l in range(K)]
     with m.If(a2_valid & a2_last):          # the lanes' accumulators hold Σc² from the next cycle on
         m.d.sync += ss_ready.eq(1)
     with m.If(take):
@@ -89,13 +90,13 @@ def buffer_and_ingest(m: Module, ctx) -> None:
                 with m.If(eq_const(j_in, (1 << l) - 1)):
                     ld = l + unit.log2_lanes
                     m.d.sync += [log2d.eq(ld), ss_const.eq(ss_consts[ld])]
-    vars(ctx).update(re=re, raddr=raddr, param_lsb=param_lsb, group=group, slot=slot, n_in_m1=n_in_m1, dm1=dm1,
+    vars(ctx).update(re=re, raddr=raddr, group=group, slot=slot, n_in_m1=n_in_m1, dm1=dm1,
                      log2d=log2d, sh=sh, ss_const=ss_const, hold=hold, ss_ready=ss_ready, a2_valid=a2_valid,
-                     a2_last=a2_last, a1_v=a1_v)
+                     a2_last=a2_last, a1_v=a1_v, a1_h=a1_h)
 
 
 def controller(m: Module, ctx) -> None:
-    """The per-candidate steps (rsqrt, score, log2, exp, recip) and the passes over the buffer that feed
+    """The per-candidate steps (rsqrt, score, exp, recip) and the combine pass over the buffer that feeds
     the lanes, one state register with one If per state (``STATES``)."""
     kb_w, unit, rsqrt, nc, recip, exp2 = ctx.kb_w, ctx.unit, ctx.rsqrt, ctx.nc, ctx.recip, ctx.exp2
     log2d, re, raddr, A, ss_ready, a2_valid = ctx.log2d, ctx.re, ctx.raddr, ctx.A, ctx.ss_ready, ctx.a2_valid
@@ -106,18 +107,17 @@ def controller(m: Module, ctx) -> None:
     mant_rs = [Signal(rsqrt.o.mant.shape(), name=f"mant_rs_{k}") for k in range(nc)]
     e_rs = [Signal(rsqrt.o.e.shape(), name=f"e_rs_{k}") for k in range(nc)]
     mant_rc, e_rc = Signal(recip.o.mant.shape()), Signal(recip.o.e.shape())
-    jp = Signal(unit.cnt_bits)                # score / combine read address
-    # lane k's accumulator: Σc²_k after the ingest, Σ_j r_kj·proj_j after the score pass
+    jp = Signal(unit.cnt_bits)                # combine read address
+    # lane k's accumulators after the ingest: Σc²_k and the score dot Σ_j c_kj·h_j
     acc = [Signal(signed(unit.acc_bits + 1), name=f"acc_{k}") for k in range(nc)]
-    score_done = Signal()
+    dacc = [Signal(signed(unit.dot_bits), name=f"dacc_{k}") for k in range(nc)]
     t_regs = [Signal(signed(unit.t_bits), name=f"t_{k}") for k in range(nc)]
     t_max = Signal(signed(unit.t_bits))
     e_regs = [Signal(exp2.o.y.shape(), name=f"e_{k}") for k in range(nc)]
     esum = Signal(unit.esum_bits)
     e_busy, e_cnt = Signal(), Signal(kb_w)
     o_done = Signal()
-    sc_issue, cb_issue, lg_issue = Signal(), Signal(), Signal()
-    cb_phase = Signal()                       # the lanes' ApplyMant serve the combine (e_k × c_kj)
+    sc_issue, cb_issue = Signal(), Signal()
     lg_last = Signal()                        # the last candidate's t_k is being stored
     adv = Signal()                            # the combine pipeline moves (output free or taken)
     m.d.comb += adv.eq(~unit.o.valid | unit.o.ready)
@@ -125,9 +125,10 @@ def controller(m: Module, ctx) -> None:
         m.d.comb += core.en.eq(1)
     m.d.comb += [rsqrt.i_valid.eq(rs_valid), rsqrt.i.m.eq(m_rs), rsqrt.i.frac.eq(SQ_FRAC + log2d),
                  recip.i.m.eq(esum), recip.i.frac.eq(P.frac),
-                 re.eq(sc_issue | (cb_issue & adv)), raddr.eq(jp[:A])]
+                 re.eq(cb_issue & adv), raddr.eq(jp[:A])]
     m.d.comb += [am.en.eq(adv) for am in unit.apply_o]
     acc_sel = select(m, acc, kb, "acc_sel")
+    dacc_sel = select(m, dacc, kb, "dacc_sel")
     t_sel = select(m, t_regs, kb, "t_sel")
     m.d.comb += exp2.i.t.eq(t_max - t_sel)
     m.d.sync += rs_valid.eq(0)
@@ -136,8 +137,7 @@ def controller(m: Module, ctx) -> None:
     state = Signal(range(len(STATES) + 1), init=STATES["IDLE"])
     with m.If(state == STATES["IDLE"]):
         with m.If(ss_ready | (a2_valid & a2_last)):
-            m.d.sync += [ss_ready.eq(0), nb_m1.eq(n_in_m1), kb.eq(0), kc.eq(0), cb_phase.eq(0),
-                         state.eq(STATES["RSQRT"])]
+            m.d.sync += [ss_ready.eq(0), nb_m1.eq(n_in_m1), kb.eq(0), kc.eq(0), state.eq(STATES["RSQRT"])]
     with m.If(state == STATES["RSQRT"]):
         ss_in = acc_sel[:unit.acc_bits]
         ss = ((ss_in + ss_const) >> sh) if sh > 0 else ((ss_in << -sh) + ss_const)
@@ -146,17 +146,10 @@ def controller(m: Module, ctx) -> None:
             m.d.sync += state.eq(STATES["RSQRT_WAIT"])
     with m.If(state == STATES["RSQRT_WAIT"]):
         with m.If(rsqrt.o_valid & (kc == nb_m1)):
-            m.d.sync += [jp.eq(0), state.eq(STATES["SCORE"])]
+            m.d.sync += [kb.eq(0), state.eq(STATES["SCORE"])]
     with m.If(state == STATES["SCORE"]):
+        # one candidate a cycle: score_k = its rsqrt × its dot (``unit.score_apply``), then to_log2
         m.d.comb += sc_issue.eq(1)
-        m.d.sync += jp.eq(jp + 1)
-        with m.If(jp[:A] == dm1):
-            m.d.sync += state.eq(STATES["SCORE_WAIT"])
-    with m.If(state == STATES["SCORE_WAIT"]):
-        with m.If(score_done):
-            m.d.sync += [kb.eq(0), state.eq(STATES["LOG2"])]
-    with m.If(state == STATES["LOG2"]):
-        m.d.comb += lg_issue.eq(1)
         m.d.sync += kb.eq(kb + 1)
         with m.If(kb == nb_m1):
             m.d.sync += state.eq(STATES["LOG2_WAIT"])
@@ -178,8 +171,7 @@ def controller(m: Module, ctx) -> None:
         m.d.sync += state.eq(STATES["RECIP_WAIT"])
     with m.If(state == STATES["RECIP_WAIT"]):
         with m.If(recip.o_valid):
-            m.d.sync += [mant_rc.eq(recip.o.mant), e_rc.eq(recip.o.e), jp.eq(0), o_done.eq(0),
-                         cb_phase.eq(1)]
+            m.d.sync += [mant_rc.eq(recip.o.mant), e_rc.eq(recip.o.e), jp.eq(0), o_done.eq(0)]
             m.d.sync += state.eq(STATES["COMBINE"])
     with m.If(state == STATES["COMBINE"]):
         m.d.comb += cb_issue.eq(1)
@@ -204,85 +196,53 @@ def controller(m: Module, ctx) -> None:
             with m.If(eq_const(kc, k)):
                 m.d.sync += e_regs[k].eq(exp2.o.y)
     vars(ctx).update(kb=kb, nb_m1=nb_m1, mant_rs=mant_rs, e_rs=e_rs, mant_rc=mant_rc, e_rc=e_rc, jp=jp, acc=acc,
-                     score_done=score_done, t_regs=t_regs, t_max=t_max, e_regs=e_regs, e_busy=e_busy, e_cnt=e_cnt,
-                     o_done=o_done, sc_issue=sc_issue, cb_issue=cb_issue, lg_issue=lg_issue, cb_phase=cb_phase,
-                     lg_last=lg_last, adv=adv, acc_sel=acc_sel)
+                     dacc=dacc, t_regs=t_regs, t_max=t_max, e_regs=e_regs, e_busy=e_busy, e_cnt=e_cnt,
+                     o_done=o_done, sc_issue=sc_issue, cb_issue=cb_issue, lg_last=lg_last, adv=adv, dacc_sel=dacc_sel)
 
 
 def lanes(m: Module, ctx) -> None:
-    """The K lanes: ApplyMant (score: c × mant_k; combine: e_k × c exactly), × gain, the K products."""
-    sc_issue, jp, A, dm1, adv, cb_issue = ctx.sc_issue, ctx.jp, ctx.A, ctx.dm1, ctx.adv, ctx.cb_issue
-    unit, cb_phase, K, group, param_lsb = ctx.unit, ctx.cb_phase, ctx.K, ctx.group, ctx.param_lsb
-    a2_valid, a2_last, score_done, xb, slot = ctx.a2_valid, ctx.a2_last, ctx.score_done, ctx.xb, ctx.slot
-    e_regs, mant_rs, e_rs, a1_v, acc = ctx.e_regs, ctx.mant_rs, ctx.e_rs, ctx.a1_v, ctx.acc
-    # The score pipeline never stalls: adv is high through the score pass (the previous o is out).
-    s1_valid, s1_last = Signal(), Signal()
-    m.d.sync += [s1_valid.eq(sc_issue), s1_last.eq(jp[:A] == dm1)]
+    """The K lanes of every candidate: c_kj² and c_kj·h_j in the ingest, summed into the candidate's two
+    accumulators; ApplyMant e_k × c_kj exactly in the combine."""
+    jp, A, dm1, adv, cb_issue = ctx.jp, ctx.A, ctx.dm1, ctx.adv, ctx.cb_issue
+    unit, K, a2_valid, a2_last, slot = ctx.unit, ctx.K, ctx.a2_valid, ctx.a2_last, ctx.slot
+    e_regs, a1_v, a1_h, acc, dacc = ctx.e_regs, ctx.a1_v, ctx.a1_h, ctx.acc, ctx.dacc
     c1_valid, c1_last = Signal(), Signal()
     with m.If(adv):
         m.d.sync += [c1_valid.eq(cb_issue), c1_last.eq(jp[:A] == dm1)]
-    one = Const(1)
-    y_last = delay(m, one, s1_last, ApplyMant.LATENCY, "y_last")
-    s4_valid, s4_last, s5_valid, s5_last, s6_valid, s6_last = (Signal(name=f"s{s}_{f}") for s in (4, 5, 6)
-                                                              for f in ("valid", "last"))
-    m.d.sync += [s4_valid.eq(unit.lane_apply[0][0].o_valid & ~cb_phase), s4_last.eq(y_last),
-                 s5_valid.eq(s4_valid), s5_last.eq(s4_last), s6_valid.eq(s5_valid), s6_last.eq(s5_last)]
-    gain_y, proj5 = [], []                    # (K,) gain_j at the ApplyMant output, proj_j at s5
-    for l in range(K):
-        g = group(l)
-        w_rd = g[param_lsb:param_lsb + PARAM_BITS].as_signed()
-        pj_rd = g[param_lsb + PARAM_BITS:param_lsb + 2 * PARAM_BITS].as_signed()
-        gain2 = Signal(signed(unit.gain_bits), name=f"gain2_{l}")
-        proj2 = Signal(signed(PARAM_BITS), name=f"proj2_{l}")
-        m.d.sync += [gain2.eq(w_rd + (1 << W_FRAC)), proj2.eq(pj_rd)]
-        gain_y.append(delay(m, one, gain2, ApplyMant.LATENCY - 1, f"gain_{l}"))
-        proj_y = delay(m, one, proj2, ApplyMant.LATENCY - 1, f"proj_{l}")
-        proj5.append(delay(m, one, proj_y, 2, f"proj_s_{l}"))
-    # the multipliers: c_kj² in the ingest (a2), r_kj·proj_j in the score pass (s6); the schedule keeps
-    # them apart (the next ingest starts after the combine), so s5_valid selects the operands
-    mac_valid, fresh = Signal(), Signal(init=1)
-    m.d.comb += mac_valid.eq(a2_valid | s6_valid)
-    with m.If(mac_valid):
-        m.d.sync += fresh.eq((a2_valid & a2_last) | (s6_valid & s6_last))
-    m.d.sync += score_done.eq(s6_valid & s6_last)
-    # the lane ApplyMant saturates at the combine's product width; the score path saturates RN to
-    # y_bits as a score-only ApplyMant would
-    y_lo, y_hi = -(1 << (unit.y_bits - 1)), (1 << (unit.y_bits - 1)) - 1
+    fresh = Signal(init=1)                    # the next ingest word starts a new mix: load the accumulators
+    with m.If(a2_valid):
+        m.d.sync += fresh.eq(a2_last)
     for k, ams in enumerate(unit.lane_apply):
-        prods = []
+        sq = [Signal(signed(2 * X.bits), name=f"sq_{k}_{l}") for l in range(K)]
+        dp = [Signal(signed(X.bits + unit.h_bits), name=f"dp_{k}_{l}") for l in range(K)]
+        m.d.sync += [sq[l].eq(a1_v[k][l] * a1_v[k][l]) for l in range(K)]
+        m.d.sync += [dp[l].eq(a1_v[k][l] * a1_h[l]) for l in range(K)]
         for l, am in enumerate(ams):
-            y = Signal(signed(unit.y_bits), name=f"y_{k}_{l}")
-            yg4 = Signal(signed(unit.y_bits + unit.gain_bits), name=f"yg4_{k}_{l}")
-            r5 = Signal(signed(xb), name=f"r5_{k}_{l}")
-            prod = Signal(signed(2 * xb), name=f"prod_{k}_{l}")
-            m.d.comb += [am.en.eq(adv), am.i_valid.eq(s1_valid | c1_valid), am.i.v.eq(slot(k, l)),
-                         am.i.mant.eq(Mux(cb_phase, e_regs[k], mant_rs[k])),
-                         am.i.e.eq(Mux(cb_phase, unit.e_exact, e_rs[k])),
-                         y.eq(clamp(am.o.y, y_lo, y_hi))]
-            m.d.sync += [yg4.eq(y * gain_y[l]), r5.eq(clamp(round_shift_const(yg4, W_FRAC), X.lo, X.hi)),
-                         prod.eq(Mux(s5_valid, r5, a1_v[k][l]) * Mux(s5_valid, proj5[l], a1_v[k][l]))]
-            prods.append(prod)
-        with m.If(mac_valid):
-            m.d.sync += acc[k].eq(sum(prods, Mux(fresh, 0, acc[k])))
+            m.d.comb += [am.en.eq(adv), am.i_valid.eq(c1_valid), am.i.v.eq(slot(k, l)),
+                         am.i.mant.eq(e_regs[k]), am.i.e.eq(unit.e_exact)]
+        with m.If(a2_valid):
+            m.d.sync += [acc[k].eq(sum(sq, Mux(fresh, 0, acc[k]))), dacc[k].eq(sum(dp, Mux(fresh, 0, dacc[k])))]
     vars(ctx).update(c1_last=c1_last)
 
 
 def running_max(m: Module, ctx) -> None:
-    """to_log2 of each candidate's score and the running max, one candidate per cycle."""
-    unit, acc_sel, kb_w, xb, lg_issue, kb = ctx.unit, ctx.acc_sel, ctx.kb_w, ctx.xb, ctx.lg_issue, ctx.kb
+    """Each candidate's score (its dot rounded to ``MIX_DOT_FRAC``, × its rsqrt, in X: ``score_apply``) and
+    to_log2 of it, one candidate per cycle, and the running max."""
+    unit, dacc_sel, kb_w, xb, sc_issue, kb = ctx.unit, ctx.dacc_sel, ctx.kb_w, ctx.xb, ctx.sc_issue, ctx.kb
     lg_last, nb_m1, nc, t_regs, t_max = ctx.lg_last, ctx.nb_m1, ctx.nc, ctx.t_regs, ctx.t_max
+    mant_rs, e_rs, sam = ctx.mant_rs, ctx.e_rs, unit.score_apply
+    m.d.comb += [sam.en.eq(1), sam.i_valid.eq(sc_issue),
+                 sam.i.v.eq(round_shift_const(dacc_sel, unit.dot_shift)),
+                 sam.i.mant.eq(select(m, mant_rs, kb, "mant_sel")), sam.i.e.eq(select(m, e_rs, kb, "e_sel"))]
+    s_k = delay(m, Const(1), kb, ApplyMant.LATENCY, "score_k")
     lo_bits = unit.log2e_lo_bits
     c_lo, c_hi = fxp_math.LOG2E_Q24 & ((1 << lo_bits) - 1), fxp_math.LOG2E_Q24 >> lo_bits
-    score_sel = acc_sel[:unit.score_bits].as_signed()
-    l1_valid, l2_valid, l3_valid = Signal(), Signal(), Signal()
-    l1_k, l2_k, l3_k = Signal(kb_w), Signal(kb_w), Signal(kb_w)
-    score_x = Signal(signed(xb))
+    l2_valid, l3_valid = Signal(), Signal()
+    l2_k, l3_k = Signal(kb_w), Signal(kb_w)
     plo = Signal(signed(xb + lo_bits + 1))
     phi = Signal(signed(xb + c_hi.bit_length() + 1))
     t_cur = Signal(signed(unit.t_bits))
-    m.d.sync += [l1_valid.eq(lg_issue), l1_k.eq(kb),
-                 score_x.eq(clamp(round_shift_const(score_sel, unit.score_shift), X.lo, X.hi)),
-                 l2_valid.eq(l1_valid), l2_k.eq(l1_k), plo.eq(score_x * c_lo), phi.eq(score_x * c_hi),
+    m.d.sync += [l2_valid.eq(sam.o_valid), l2_k.eq(s_k), plo.eq(sam.o.y * c_lo), phi.eq(sam.o.y * c_hi),
                  l3_valid.eq(l2_valid), l3_k.eq(l2_k),
                  t_cur.eq(clamp(round_shift_const((phi << lo_bits) + plo, unit.t_shift), T.lo, T.hi))]
     m.d.comb += lg_last.eq(l3_valid & (l3_k == nb_m1))
@@ -297,14 +257,14 @@ def running_max(m: Module, ctx) -> None:
 def combine(m: Module, ctx) -> None:
     """Combine (stalls with the output): per element Σ_k of the lanes' e_k·c_kj, ApplyMant by 1 / Σe, ``o``;
     the e trace."""
-    unit, cb_phase, mant_rc, e_rc, adv = ctx.unit, ctx.cb_phase, ctx.mant_rc, ctx.e_rc, ctx.adv
+    unit, mant_rc, e_rc, adv = ctx.unit, ctx.mant_rc, ctx.e_rc, ctx.adv
     c1_last, o_done, p, e_regs, e_cnt, e_busy = ctx.c1_last, ctx.o_done, ctx.p, ctx.e_regs, ctx.e_cnt, ctx.e_busy
     nb_m1 = ctx.nb_m1
     for l, apo in enumerate(unit.apply_o):
         num = Signal(signed(unit.num_bits), name=f"num_{l}")
         total = sum((ams[l].o.y for ams in unit.lane_apply[1:]), unit.lane_apply[0][l].o.y)
         m.d.comb += [num.eq(round_shift_const(total, unit.num_shift)),
-                     apo.i_valid.eq(unit.lane_apply[0][0].o_valid & cb_phase), apo.i.v.eq(num),
+                     apo.i_valid.eq(unit.lane_apply[0][0].o_valid), apo.i.v.eq(num),
                      apo.i.mant.eq(mant_rc), apo.i.e.eq(e_rc),
                      unit.o.payload.data[l].eq(apo.o.y)]
     o_last = delay(m, adv, c1_last, 2 * ApplyMant.LATENCY, "o_last")

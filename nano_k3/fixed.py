@@ -18,7 +18,7 @@ import math
 import numpy as np
 
 from .config import L2_EPS, RMS_EPS, ROUTER_SCALE, ModelConfig
-from .fxp_math import (apply_mant, kda_decay, l2norm, recip, rmsnorm, sigmoid, silu,
+from .fxp_math import (MANT_FRAC, apply_mant, kda_decay, l2norm, recip, rms_rsqrt, rmsnorm, sigmoid, silu,
                        softmax_combine, softmax_exp, softmax_probs, to_log2)
 from .fxp_ops import (ACC_FRAC, ALPHA, LOGIT, RW, UNIT, P, S, X, embed_row, mac_input, matvec, round_shift,
                       wide_dot)
@@ -29,6 +29,7 @@ from .weights import Weights
 ROUTER_SCALE_FRAC = 24
 ROUTER_SCALE_Q24 = round(ROUTER_SCALE * (1 << ROUTER_SCALE_FRAC))  # 2.828 in UQ2.24 = 47445967 (rel. err 3e-9)
 Q4_11 = 11                                          # fractional bits of the Q4.11 parameters
+MIX_DOT_FRAC = 40                                   # residual_mix rounds its exact score dot to this
 
 
 # --- KDA blocks --------------------------------------------------------------------------------
@@ -105,14 +106,24 @@ def mla_attention(q, keys, values, c_q24: int) -> tuple[np.ndarray, np.ndarray, 
 def residual_mix(cands, w, proj) -> tuple[np.ndarray, np.ndarray]:
     """MIX of §6.2: cands (n, d) in X, oldest first; w Q2.13, proj Q4.11 (d,) -> (mixed X, e P).
 
-    The score r . proj is exact (32 x 16-bit products, X.frac + 11 fractional bits) and rounded to
-    X before the log2(e) multiply.
+    The score dot(RN(c, w), proj) is linear in c after RMSNorm's scale, so it is formed as that
+    scale times the exact dot product of c with h = (8192 + w) · proj (frac X.frac + 13 + 11; the
+    chip sums it while the candidates stream in, with no pass after their norms), rounded once to
+    ``MIX_DOT_FRAC``; the scale's (mant, e) is rmsnorm's (``rms_rsqrt``), the product rounded to X.
     """
     cands = np.asarray(cands, dtype=np.int64)
-    r = rmsnorm(cands, X.frac, w)                                       # (n, d) X
-    score = X.fit(r @ np.asarray(proj, dtype=np.int64), X.frac + Q4_11)  # (n,) X
+    mant, e = rms_rsqrt(cands, X.frac)                                  # (n, 1) each
+    h = (np.int64(8192) + np.asarray(w, dtype=np.int64)) * np.asarray(proj, dtype=np.int64)   # (d,)
+    dot = wide_dot("ni,i->n", cands, h, X.frac + 13 + Q4_11 - MIX_DOT_FRAC)   # (n,) frac MIX_DOT_FRAC
+    score = X.fit([round_shift_int(int(v) * int(m), MIX_DOT_FRAC + MANT_FRAC - int(x) - X.frac)
+                   for v, m, x in zip(dot, mant[:, 0], e[:, 0])], X.frac)          # (n,) X
     e = softmax_exp(to_log2(score, X.frac))                             # (n,) P
     return softmax_combine(e, cands, X.frac), e
+
+
+def round_shift_int(v: int, s: int) -> int:
+    """``round_shift`` of one Python integer (no int64 limit): v · 2^-s rounded half up, or v · 2^-s exactly."""
+    return (v + (1 << (s - 1))) >> s if s > 0 else v << -s
 
 
 # --- MoE ---------------------------------------------------------------------------------------

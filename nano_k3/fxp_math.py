@@ -67,18 +67,26 @@ def sum_squares(v, v_frac: int) -> np.ndarray:
     return wide_dot("...i,...i->...", v, v, 2 * v_frac - SQ_FRAC)[..., None]   # (..., 1)
 
 
+def rms_rsqrt(v, v_frac: int, eps: float = 1e-5) -> tuple[np.ndarray, np.ndarray]:
+    """RMSNorm's scale 1/sqrt(mean(v^2) + eps) over the last axis as (mant, e), each (..., 1).
+
+    The mean is folded into the rsqrt exponent (length must be a power of two), eps into an integer
+    constant with SQ_FRAC fractional bits added to the sum of squares (``sum_squares``).
+    """
+    v = np.asarray(v, dtype=np.int64)
+    sh = log2_exact(v.shape[-1], "RMSNorm length")
+    ss = sum_squares(v, v_frac) + eps_int(eps * v.shape[-1], SQ_FRAC)    # (..., 1) frac 32
+    return rsqrt(ss, SQ_FRAC + sh)                                        # rsqrt of the mean
+
+
 def rmsnorm(v, v_frac: int, w, eps: float = 1e-5, out=X) -> np.ndarray:
     """RN(v, w) = v / sqrt(mean(v^2) + eps) * (1 + w/8192) over the last axis -> ``out`` (default X).
 
-    w is the Q2.13 norm offset; the gain 8192 + w is a 14-bit unsigned multiplier. The mean is
-    folded into the rsqrt exponent (length must be a power of two), eps into an integer constant
-    with SQ_FRAC fractional bits added to the sum of squares (``sum_squares``).
+    w is the Q2.13 norm offset; the gain 8192 + w is a 14-bit unsigned multiplier; the scale is
+    ``rms_rsqrt``'s.
     """
     v = np.asarray(v, dtype=np.int64)
-    n = v.shape[-1]
-    sh = log2_exact(n, "RMSNorm length")
-    ss = sum_squares(v, v_frac) + eps_int(eps * n, SQ_FRAC)              # (..., 1) frac 32
-    mant, e = rsqrt(ss, SQ_FRAC + sh)                                     # rsqrt of the mean
+    mant, e = rms_rsqrt(v, v_frac, eps)
     y = apply_mant(v, v_frac, mant, e, X.frac)                            # (..., n) X.frac
     gain = np.int64(8192) + np.asarray(w, dtype=np.int64)                 # (n,) UQ2.13
     return out.fit(y * gain, X.frac + 13)
