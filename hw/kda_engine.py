@@ -14,9 +14,10 @@ field is an array over the lanes, lane k = element idx + k:
          (Q4.11); P / L transfers
   Z      output gates z ``data[k]`` (X) with ``w[k]`` = onorm.w[(idx + k) mod dh] (Q2.13); P / L transfers
 Fields a transfer's vector does not use are ignored. The transfers of a position may come in any order:
-the engine counts those of Q, K, V, B and F (``KdaParams.state_transfers``) and starts the state update
-after the last of them, while Z's are still taken (the chip sends Q, K, V, B, F, then Z: the state update
-never waits for Z; the output pipeline waits until every transfer of the position is in). ``last`` marks
+the engine counts those of K, V, B and F (``KdaParams.row_transfers``) and starts the state update after
+the last of them, while Q's and Z's are still taken; its second pass waits for q's norms (the chip sends
+K, V, B, F, Q, then Z: Q's transfers overlap the first pass, the state update never waits for Z; the
+output pipeline waits until every transfer of the position is in). ``last`` marks
 the position's final transfer. ``layer`` (region of the state / history SRAMs) and ``restart`` (first
 position of a sequence: the conv histories and the state read as zero, so SRAM contents at power-up never
 matter) must be the same on every transfer of a position.
@@ -32,15 +33,18 @@ chip passes it, else owns one), one L-lane ``kda_decay`` ``LutEval`` (the lanes 
 one ROM: ``roms["kda_decay"]``, else its own), one ``Rsqrt`` (the 2H L2 norms and the H gated norms) and 2 + L ``ApplyMant`` (k_hat, q_hat and,
 per output lane, the gated norm's read / rms). Row-buffer, gate and history SRAM words hold L consecutive
 indices. The state, history and row-buffer SRAMs are two banks each (hw/kda_front.py ``banked_sram``), so
-the write-backs of the rows and the ingest never meet a read in the same macro (fakeram45 has one port).
+the write-backs of the rows and the ingest never meet a read in the same macro (fakeram45 has one port);
+q has an SRAM of its own (written while the first pass writes k_hat, read by the second).
   ingest   element pipeline, one transfer a cycle (``i.ready`` = 1 until ``last``), per lane: conv window
-           from the history SRAM, taps, Sigmoid / KdaDecay, SiLU multiply, into the row buffer SRAM (q, k,
-           v, alpha per index) and the gate SRAM (sigmoid(z), w); running sums of q^2, k^2 per head.
-  norms    after the last Q/K/V/B/F transfer: rsqrt of every head's sum of k^2 and q^2, back to back.
+           from the history SRAM, taps, Sigmoid / KdaDecay, SiLU multiply, into the row buffer SRAM (k, v,
+           alpha per index), the q SRAM and the gate SRAM (sigmoid(z), w); running sums of q^2, k^2 per head.
+  norms    after the last K/V/B/F transfer: rsqrt of every head's sum of k^2, back to back; after the last
+           Q transfer, of every head's sum of q^2.
   rows     per head, one state row a cycle through one pipeline (9 stages): pass 1 decays S[i] by
-           alpha[i], writes it back, accumulates kS += k_hat[i] S'[i] (k_hat, q_hat by ApplyMant, kept
-           in the row buffer); u = v - kS, beta u on the column multipliers (an 8-cycle gap); pass 2
-           S'' = S' + k_hat[i] beta u, written back, read += q_hat[i] S''[i]. The next head's pass 1
+           alpha[i], writes it back, accumulates kS += k_hat[i] S'[i] (k_hat by ApplyMant, kept in the
+           row buffer); u = v - kS, beta u on the column multipliers (an 8-cycle gap); pass 2 (once q's
+           norms are back) S'' = S' + k_hat[i] beta u, written back, read += q_hat[i] S''[i] (q_hat by
+           ApplyMant from the q SRAM). The next head's pass 1
            follows pass 2 without a gap (the first row of a pass loads the accumulators).
   tail     per head, overlapping the next head's rows: read is copied into a register rotating by L,
            sum read^2 (L squarers, dh / L cycles), rsqrt, then the back-pressured output pipeline, L lanes
@@ -49,10 +53,10 @@ the write-backs of the rows and the ingest never meet a read in the same macro (
 Each column has two multipliers (33 x 25: S alpha, bu k_hat, u beta; 32 x 24: S' k_hat, S'' q_hat); every
 multiply has a stage of its own, rounding shifts and saturation take the next one.
 
-Latency (no idles, no back-pressure; ``KdaEngine.drain`` / ``z_drain``, measured by
+Latency (no idles, no back-pressure; ``KdaEngine.drain`` / ``q_drain`` / ``z_drain``, measured by
 verification/test_kda_engine.py ``kda_latency``): ingest takes one cycle per transfer; the last output
-leaves at max(t_s + drain, t_z + z_drain), t_s the cycle of the last Q/K/V/B/F transfer, t_z that of the
-position's last transfer. A head's rows take R = 2 dh + 8 cycles (two passes, the bu gap), its tail
+leaves at max(t_s + drain, t_q + q_drain, t_z + z_drain), t_s the cycle of the last K/V/B/F transfer, t_q
+that of the last Q transfer, t_z that of the position's last transfer. A head's rows take R = 2 dh + 8 cycles (two passes, the bu gap), its tail
 T = 2 dh / L + 16 (1 takes read, dh / L + 2 sum read^2, 1 + 5 rsqrt, dh / L output transfers behind the
 7-stage output pipeline). drain = 2 dh + 35 + (H - 1) max(R, T) + T - 1: 13 drain the ingest pipeline and
 7 get head 0's rsqrts (first row at 20), 2 dh + 7 issue head 0's rows, 8 finish its last one, then each
@@ -60,10 +64,12 @@ further head's read is taken max(R, T) after the previous one (the tails set the
 L=2 once dh >= 16), the last output in the last tail's last cycle: nano (H=2, dh=32) 218 at L=2
 (T=48 < R=72), 258 at L=1 (T=80); tiny (H=1, dh=16) 98 at L=2 (T=32), 114 at L=1 (T=48). z_drain (Z so
 late that head 0's outputs wait for it) = 12 to the gate SRAM + dh / L + 6 for head 0's outputs
-+ (H - 1) T: nano 82 at L=2, 130 at L=1; tiny 26 at L=2, 34 at L=1. A position in the chip's order, Z
-right behind F: 4 P / L + ceil(H / L) cycles of state transfers, then drain (Z's P / L transfers overlap
-it): nano 129 + 218 = 347 cycles at L=2, 258 + 258 = 516 at L=1 (322 + 258 = 580 when the rows waited for
-Z); tiny 33 + 98 = 131 at L=2, 65 + 114 = 179 at L=1.
++ (H - 1) T: nano 82 at L=2, 130 at L=1; tiny 26 at L=2, 34 at L=1. q_drain (Q so late that head 0's
+second pass waits for its norms) = 20 + H + dh + 7 + (H - 1) max(R, T) + T - 1: nano 180 at L=2. A
+position in the chip's order, Q and Z right behind F: 3 P / L + ceil(H / L) cycles of K, V, B, F
+transfers, then drain (Q's and Z's transfers overlap it): nano 97 + 218 = 315 cycles at L=2 (129 + 218 = 347
+with Q before the rows, as until issue 21); at L=1 Q's 64 transfers end so late that its norms set the
+pace, 194 + 64 + 220 = 478 (was 516); tiny 25 + 98 = 123 at L=2.
 
 Code: this file holds the parameters' formulas and the composition; the parts add their logic to its
 module: hw/kda_front.py (SRAMs, ingest), hw/kda_state.py (rsqrt requests, row pipeline, row issue),
@@ -129,7 +135,8 @@ class KdaEngine(wiring.Component):
 
     @classmethod
     def drain(cls, p: KdaParams) -> int:
-        """Cycles from the last Q/K/V/B/F transfer to the last output transfer (no back-pressure, Z in by then).
+        """Cycles from the last K/V/B/F transfer to the last output transfer (no back-pressure, Q and Z in by then,
+        Q early enough that q's norms are back before head 0's second pass: ``q_drain`` otherwise).
 
         The rows start E_SUMS + Rsqrt.LATENCY + 2 cycles after it (sums complete, head 0's rsqrts); head 0's
         last pass-2 row follows head_rows - 1 later, its read R_ACC + 1 later; each further head's read is
@@ -137,6 +144,17 @@ class KdaEngine(wiring.Component):
         its head's rows); the last output leaves in the last tail's last cycle."""
         first_row = cls.E_SUMS + Rsqrt.LATENCY + 2
         head0_read = first_row + cls.head_rows(p) - 1 + cls.R_ACC + 1
+        tail = cls.tail_cycles(p)
+        return head0_read + (p.heads - 1) * max(cls.head_rows(p), tail) + tail - 1
+
+    @classmethod
+    def q_drain(cls, p: KdaParams) -> int:
+        """Cycles from the last Q transfer to the last output transfer when Q comes so late that head 0's
+        second pass waits for q's norms (Z in by then): the sums complete, the H q rsqrts (requested after
+        any k ones), ``q_ready``; then head 0's second pass, its read, the other heads and tails as in
+        ``drain``."""
+        first_p2 = cls.E_SUMS + Rsqrt.LATENCY + p.heads + 2
+        head0_read = first_p2 + p.dh - 1 + cls.R_ACC + 1
         tail = cls.tail_cycles(p)
         return head0_read + (p.heads - 1) * max(cls.head_rows(p), tail) + tail - 1
 
@@ -236,7 +254,7 @@ def _control_state(m: Module, ctx) -> None:
     pos_done = Signal()
     take = Signal()
     accept = Signal(init=1)             # the position's last transfer is not yet taken
-    n_state = Signal(range(p.state_transfers))      # Q, K, V, B, F transfers taken
+    n_state = Signal(range(p.row_transfers))        # K, V, B, F transfers taken
     in_done = Signal()                  # every transfer of the position is in the SRAMs (Z for the outputs)
     m.d.comb += [core.i.ready.eq(accept), take.eq(core.i.valid & accept)]
     vars(ctx).update(ISSUE=ISSUE, TAIL=TAIL, state=state, tstate=tstate, layer=layer, restart=restart, cnt=cnt,
@@ -259,6 +277,6 @@ def kda_engine_block(chip, params: KdaParams | None = None) -> KdaEngine:
 def kda_engine_derived(chip, params: KdaParams | None = None) -> dict:
     kp = params or kda_params_for(chip)
     return {"heads": kp.heads, "dh": kp.dh, "conv_k": kp.conv_k, "max_layers": kp.max_layers, "lanes": kp.lanes,
-            "state_transfers": kp.state_transfers, "transfers": kp.transfers,
-            "drain": KdaEngine.drain(kp), "z_drain": KdaEngine.z_drain(kp),
+            "state_transfers": kp.state_transfers, "row_transfers": kp.row_transfers, "transfers": kp.transfers,
+            "drain": KdaEngine.drain(kp), "q_drain": KdaEngine.q_drain(kp), "z_drain": KdaEngine.z_drain(kp),
             "sel": {s.name: int(s) for s in Sel}, "rom_dir": ROM_DIR, "roms": ["sigmoid", "kda_decay", "rsqrt"]}

@@ -95,17 +95,20 @@ def storage(m: Module, ctx) -> None:
     st_w = byte_width(dh * S.bits)
     hi_w = byte_width(L * (K - 1) * X.bits)
     fq = byte_width(max(X.bits, UNIT.bits))
-    bf_off, bf_w = byte_fields({"q": fq, "k": fq, "v": byte_width(X.bits), "alpha": byte_width(ALPHA.bits)})
+    bf_off, bf_w = byte_fields({"k": fq, "v": byte_width(X.bits), "alpha": byte_width(ALPHA.bits)})
     gt_off, gt_w = byte_fields({"sigz": byte_width(P.bits), "w": PARAM_BITS})
     # Banked where a write and a read meet in one cycle: the row pipeline writes row r back while it reads
     # row r + STATE_WB (state) or r + HATS_WB (row buffer, L rows a word: HATS_WB / L words on); the
-    # ingest writes a history word while it reads the next transfer's, the next address.
+    # ingest writes a history word while it reads the next transfer's, the next address. q has an SRAM of its
+    # own: its ingest may overlap the first pass (which writes k_hat into the row buffer), its reads (the
+    # second pass) wait for every q.
     st = banked_sram(m, "kda_state_sram", p.max_layers * H * dh, st_w, STATE_WB)      # state rows
     hs = banked_sram(m, "kda_hist_sram", p.max_layers * 3 * Pw // L, hi_w, 1)        # conv histories (K-1 inputs)
-    bf = banked_sram(m, "kda_buf_sram", Pw // L, L * bf_w, HATS_WB // L)     # q, k (then q_hat, k_hat), v, alpha
+    bf = banked_sram(m, "kda_buf_sram", Pw // L, L * bf_w, HATS_WB // L)     # k (then k_hat), v, alpha
+    qb = msh_sram(m, "kda_q_sram", Pw // L, L * byte_width(X.bits))          # q
     gt = msh_sram(m, "kda_gate_sram", Pw // L, L * gt_w)                     # sigmoid(z), w (output pipeline)
     vars(ctx).update(st_w=st_w, hi_w=hi_w, fq=fq, bf_off=bf_off, bf_w=bf_w, gt_off=gt_off, gt_w=gt_w, st=st, hs=hs,
-                     bf=bf, gt=gt)
+                     bf=bf, qb=qb, gt=gt)
 
 
 def ingest(m: Module, ctx) -> None:
@@ -114,7 +117,7 @@ def ingest(m: Module, ctx) -> None:
     hs, ip, Pw, L, lg_l, take, p, hi_w = ctx.hs, ctx.ip, ctx.Pw, ctx.L, ctx.lg_l, ctx.take, ctx.p, ctx.hi_w
     one, dec, K, sig, bf_w, gt_w, fq = ctx.one, ctx.dec, ctx.K, ctx.sig, ctx.bf_w, ctx.gt_w, ctx.fq
     bf_off, H, beta, gt, in_done, core, ssq = ctx.bf_off, ctx.H, ctx.beta, ctx.gt, ctx.in_done, ctx.core, ctx.ssq
-    ssk = ctx.ssk
+    ssk, qb = ctx.ssk, ctx.qb
     hist_addr = Signal.like(hs["raddr"])
     m.d.comb += [hist_addr.eq((ip.layer * 3 + Mux(ip.sel > Sel.V, 0, ip.sel)) * (Pw // L) + ip.idx[lg_l:]),
                  hs["re"].eq(take), hs["raddr"].eq(hist_addr)]
@@ -172,14 +175,16 @@ def ingest(m: Module, ctx) -> None:
                  hs["wstrb"].eq((1 << (hi_w // 8)) - 1)]
     # E11: SRAM / register writes
     bword, gword = Signal(L * bf_w), Signal(L * gt_w)
-    m.d.comb += [bword.eq(Cat(*(pack((conv_x11[k], fq), (conv_x11[k], fq), (conv_x11[k], byte_width(X.bits)),
+    m.d.comb += [bword.eq(Cat(*(pack((conv_x11[k], fq), (conv_x11[k], byte_width(X.bits)),
                                       (y11[k], byte_width(ALPHA.bits))) for k in range(L)))),
                  gword.eq(Cat(*(pack((y11[k], byte_width(P.bits)), (sb11.w[k], PARAM_BITS)) for k in range(L))))]
-    ing_we = sb11.v & ((sb11.sel <= Sel.V) | (sb11.sel == Sel.F))
-    ing_strb = Mux(eq_const(sb11.sel, Sel.Q), every_lane(L, field_strb(bf_off, "q"), bf_w),
-                   Mux(sb11.sel == Sel.K, every_lane(L, field_strb(bf_off, "k"), bf_w),
-                       Mux(sb11.sel == Sel.V, every_lane(L, field_strb(bf_off, "v"), bf_w),
-                           every_lane(L, field_strb(bf_off, "alpha"), bf_w))))
+    ing_we = sb11.v & ((sb11.sel == Sel.K) | (sb11.sel == Sel.V) | (sb11.sel == Sel.F))
+    ing_strb = Mux(sb11.sel == Sel.K, every_lane(L, field_strb(bf_off, "k"), bf_w),
+                   Mux(sb11.sel == Sel.V, every_lane(L, field_strb(bf_off, "v"), bf_w),
+                       every_lane(L, field_strb(bf_off, "alpha"), bf_w)))
+    m.d.comb += [qb["we"].eq(sb11.v & eq_const(sb11.sel, Sel.Q)), qb["waddr"].eq(sb11.idx[lg_l:]),
+                 qb["wdata"].eq(Cat(*(pack((conv_x11[k], byte_width(X.bits))) for k in range(L)))),
+                 qb["wstrb"].eq((1 << (L * byte_width(X.bits) // 8)) - 1)]
     for k in range(L):
         with m.If(sb11.v & (sb11.sel == Sel.B) & (sb11.idx + k < H)):
             m.d.sync += beta[sb11.idx + k].eq(y11[k])

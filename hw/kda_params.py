@@ -63,8 +63,14 @@ class KdaParams:
 
     @property
     def state_transfers(self) -> int:
-        """Input transfers of Q, K, V, B and F in one position (the state update starts after the last)."""
+        """Input transfers of Q, K, V, B and F in one position (everything but the gate Z)."""
         return 4 * self.width // self.lanes + -(-self.heads // self.lanes)
+
+    @property
+    def row_transfers(self) -> int:
+        """Input transfers of K, V, B and F in one position: the state rows start after the last of them (Q is
+        needed from the second pass on, so it may come later)."""
+        return self.state_transfers - self.width // self.lanes
 
     @property
     def transfers(self) -> int:

@@ -249,11 +249,12 @@ def _param_bytes(cfg: ModelConfig, name: str) -> int:
 
 
 def _kda(cfg, ops, mv, pld, new, h, n, layer):
-    """The q, k, v, b matvecs of h, then the engine's segments interleaved with the remaining matvecs:
+    """The k, v, q, b matvecs of h, then the engine's segments interleaved with the remaining matvecs:
     each segment starts once its own matvec is written, while the array works on the next ones (f1, g1
-    keep h in the array; f2, g2 take their inputs once it is free)."""
+    keep h in the array; f2, g2 take their inputs once it is free). Q goes after F: the engine's rows start
+    after K, V, B, F and need q only in their second pass, so Q's transfers overlap the first."""
     d, P, dh = cfg.d_model, cfg.kda_width, cfg.kda_dh
-    pre = {s: mv(f"{n}.{s}", h, d, P) for s in "qkv"}
+    pre = {s: mv(f"{n}.{s}", h, d, P) for s in "kvq"}
     bl = mv(n + ".b", h, d, cfg.kda_heads)
     out = new("gated")
 
@@ -261,15 +262,15 @@ def _kda(cfg, ops, mv, pld, new, h, n, layer):
         pld(f"{n}.{s}conv", 0)
         ops.append(Op(Opc.KDA, (pre[s],), None, n=P, sel=int(sel), layer=layer, pa=int(PaMode.TAPS)))
 
-    conv_segment("q", KdaSel.Q)
-    f1, g1 = mv(n + ".f1", h, d, dh), mv(n + ".g1", h, d, dh)
     conv_segment("k", KdaSel.K)
-    f, z = mv(n + ".f2", f1, dh, P), mv(n + ".g2", g1, dh, P)
+    f1, g1 = mv(n + ".f1", h, d, dh), mv(n + ".g1", h, d, dh)
     conv_segment("v", KdaSel.V)
+    f, z = mv(n + ".f2", f1, dh, P), mv(n + ".g2", g1, dh, P)
     ops.append(Op(Opc.KDA, (bl,), None, n=cfg.kda_heads, sel=int(KdaSel.B), layer=layer))
     pld(n + ".dtb", 0)
     pld(n + ".A", 1)
     ops.append(Op(Opc.KDA, (f,), None, n=P, sel=int(KdaSel.F), layer=layer, pb=int(PbMode.HEAD)))
+    conv_segment("q", KdaSel.Q)
     pld(n + ".onorm.w", 0)
     ops.append(Op(Opc.KDA, (z,), out, n=P, sel=int(KdaSel.Z), layer=layer, pa=int(PaMode.HEADMOD), last=1,
                   n_out=P))

@@ -25,7 +25,8 @@ Engine formulas used (no stalls):
           source's word once per 16 elements)
 * ROUTE   ``MoeRouter.latency(E) + top_k − 1``
 * KDA     ``kda_lanes`` elements a cycle; the last segment (Z, the gate) ends ``KdaEngine.z_drain`` after its
-          last transfer or ``KdaEngine.drain`` after the state inputs' last one (F's), whichever is later
+          last transfer, ``KdaEngine.drain`` after the last K/V/B/F one (the rows start then) or
+          ``KdaEngine.q_drain`` after Q's last (the second passes wait for q's norms), whichever is latest
 * MLA     the feed segments one word a cycle; the last adds ``MlaParams.attention_cycles(t)`` (after the
           load): the attention over the t + 1 cached positions, all heads at once (grows with t)
 * PLD     the command only; in the background one weight-store read per ``banks`` beats (hw/weight_store.py)
@@ -69,6 +70,7 @@ from hw.chip_collect import MV_QUEUE
 from hw.chip_dispatch import RegFifo
 from hw.chip_glue import Combine, ElemFeeder, WordFeeder
 from hw.kda_engine import KdaEngine, KdaParams
+from hw.kda_params import Sel as KdaSel
 from hw.logits_writer import BEAT_LOGITS, LogitsWriter
 from hw.mac_array import MacArray, store_block
 from hw.mac_input import MacInput
@@ -416,7 +418,7 @@ class PerfModel:
         background once the array leaves the store port, and the array takes no queued command until it
         is done; the PRF readers and the next PLD wait for it."""
         s = self.seq
-        now, pld_done, kda_state_end = 0, 0, 0
+        now, pld_done, kda_state_end, kda_q_end = 0, 0, 0, 0
         pld_busy = (0, 0)                  # the array takes no command while a PLD copies
         cmds: list[_Cmd] = []              # matvecs in command order (the last: the array's latest)
         out = []
@@ -453,9 +455,12 @@ class PerfModel:
             cost += max(wait)
             cost += share_vrf(self, op, now + cost - base + 1,        # the feed's first issue: after DISPATCH
                               [c for c in cmds if c.latency and c.done > now])
-            if op.opc == Opc.KDA:                           # the state update starts after the state segments
+            if op.opc == Opc.KDA:                           # the rows start after K, V, B, F; pass 2 needs Q
                 if op.last:
-                    cost = max(cost, kda_state_end + KdaEngine.drain(self.kda) - now)
+                    cost = max(cost, kda_state_end + KdaEngine.drain(self.kda) - now,
+                               kda_q_end + KdaEngine.q_drain(self.kda) - now)
+                elif op.sel == KdaSel.Q:
+                    kda_q_end = now + cost
                 else:
                     kda_state_end = now + cost
             if op.opc == Opc.PLD:                           # requested in the op's last cycle

@@ -4,7 +4,7 @@ Reference: nano_k3.fixed's KDA blocks (``kda_conv``, ``kda_beta``, ``kda_alpha``
 ``kda_state_update``, ``gated_norm``) composed exactly as in ``FixedModel._kda`` (called, never
 re-implemented). Every position's gated output and read-out (q_hat . S', which exposes the state
 evolution) are compared bit for bit, every lane of every output transfer, under random input idle
-cycles, random output back-pressure and two transfer orders: the chip's (Q, K, V, B, F, then Z,
+cycles, random output back-pressure and two transfer orders: the chip's (K, V, B, F, Q, then Z,
 sometimes held off until the outputs wait for it) and a random one (Z's before the state inputs too),
 from a random initial SRAM state (Verilator ``--x-initial unique`` + ``+verilator+rand+reset+2``):
 sequences start with ``restart``. Lanes the transfer does not use (B's beyond head H-1, fields of other
@@ -41,7 +41,7 @@ from hw.kda_params import PARAM_BITS, KdaParams, Sel, in_layout, out_layout
 from nano_k3.config import L2_EPS
 from nano_k3.fixed import gated_norm, kda_alpha, kda_beta, kda_conv, kda_state_update
 from nano_k3.fxp_math import l2norm
-from nano_k3.fxp_ops import S, X
+from nano_k3.fxp_ops import X
 from verification.tb import start_clock_and_reset
 
 CFG_ENV, POS_ENV, SEED_ENV = "NANO_K3_RTL_CONFIG", "NANO_K3_KDA_POSITIONS", "NANO_K3_SEED"
@@ -286,25 +286,29 @@ class Runner:
         self.layers = [RefLayer(kp) for _ in range(kp.max_layers)]
         self.n = 0
 
-    def job(self, tag: str, layer: int, x: PosInput, lp: LayerParams, restart: bool, z_gap: int = 0) -> Job:
-        """``z_gap``: cycles the input is held off before Z (in the chip's order; a shuffled job has none)."""
+    def job(self, tag: str, layer: int, x: PosInput, lp: LayerParams, restart: bool, z_gap: int = 0,
+            q_gap: int = 0) -> Job:
+        """``z_gap`` / ``q_gap``: cycles the input is held off before Z / Q (in the chip's order K, V, B, F, Q, Z; a
+        shuffled job has none)."""
         if restart:
             self.layers[layer].reset()
         gated, read = self.layers[layer].step(x, lp)
         self.n += 1
-        return Job(f"{tag}/p{self.n - 1}", self.words(x, lp, layer, restart, z_gap), gated, read)
+        return Job(f"{tag}/p{self.n - 1}", self.words(x, lp, layer, restart, z_gap, q_gap), gated, read)
 
-    def words(self, x: PosInput, lp: LayerParams, layer: int, restart: bool, z_gap: int) -> list[int | None]:
+    def words(self, x: PosInput, lp: LayerParams, layer: int, restart: bool, z_gap: int,
+              q_gap: int) -> list[int | None]:
         """The position's transfers, lane k of a transfer = element idx + k."""
         kp, rng, L = self.kp, self.tb.rng, self.kp.lanes
         chans = range(0, kp.width, L)
-        items = []
-        for s, vec in ((Sel.Q, x.pre[0]), (Sel.K, x.pre[1]), (Sel.V, x.pre[2])):
-            items += [{"sel": s, "idx": c, "data": vec[c:c + L], "taps": lp.taps[s, c:c + L].reshape(-1)}
-                      for c in chans]
+        def conv(s, vec):
+            return [{"sel": s, "idx": c, "data": vec[c:c + L], "taps": lp.taps[s, c:c + L].reshape(-1)} for c in chans]
+        items = conv(Sel.K, x.pre[1]) + conv(Sel.V, x.pre[2])
         items += [{"sel": Sel.B, "idx": h, "data": x.b[h:h + L]} for h in range(0, kp.heads, L)]
         items += [{"sel": Sel.F, "idx": c, "data": x.f[c:c + L], "a": lp.A[np.arange(c, c + L) // kp.dh],
                    "dtb": lp.dtb[c:c + L]} for c in chans]
+        q_at = len(items)
+        items += conv(Sel.Q, x.pre[0])
         items += [{"sel": Sel.Z, "idx": c, "data": x.z[c:c + L], "w": lp.w[np.arange(c, c + L) % kp.dh]}
                   for c in chans]
         shuffled = rng.random() < self.tb.shuffle_prob
@@ -312,6 +316,8 @@ class Runner:
             rng.shuffle(items)
         words: list[int | None] = []
         for n, it in enumerate(items):
+            if not shuffled and n == q_at:
+                words += [None] * q_gap
             if not shuffled and it["sel"] == Sel.Z and items[n - 1]["sel"] != Sel.Z:
                 words += [None] * z_gap
             it.update(layer=layer, restart=int(restart), last=int(n == len(items) - 1))
@@ -410,8 +416,10 @@ async def kda_edge_cases(dut):
 
 @cocotb.test()
 async def kda_latency(dut):
-    """No idles, no back-pressure, the chip's order: one transfer a cycle, the last output ``drain`` cycles
-    after the last Q/K/V/B/F transfer (Z right behind F), ``z_drain`` after the last Z when Z is held off."""
+    """No idles, no back-pressure, the chip's order K, V, B, F, Q, Z: one transfer a cycle, the last output
+    ``drain`` cycles after the last F transfer (Q and Z right behind it; or P / L + ``q_drain`` where Q's
+    norms come later than the first pass), ``q_drain`` after the last Q when Q is held off, ``z_drain`` after
+    the last Z when Z is held off."""
     cfg, kp, seed = _setup()
     der = cfg["derived"]
     tb = TB(dut, kp, seed + 2)
@@ -421,16 +429,21 @@ async def kda_latency(dut):
     run = Runner(tb, kp)
     lp = rand_params(rng, kp)
     await tb.run([run.job("latency", 0, rand_input(rng, kp, 1.0), lp, True)])
-    ingest, drain = tb.t_in[-1] - tb.t_in[0] + 1, tb.t_last_out - tb.t_in[kp.state_transfers - 1]
+    ingest, drain = tb.t_in[-1] - tb.t_in[0] + 1, tb.t_last_out - tb.t_in[kp.row_transfers - 1]
     total = tb.t_last_out - tb.t_in[0] + 1
+    await tb.run([run.job("latency-late-q", 0, rand_input(rng, kp, 1.0), lp, False, q_gap=der["drain"])])
+    q_drain = tb.t_last_out - tb.t_in[kp.state_transfers - 1]
     await tb.run([run.job("latency-late-z", 0, rand_input(rng, kp, 1.0), lp, False, 2 * der["drain"])])
     z_drain = tb.t_last_out - tb.t_in[-1]
-    tb.verdict(2)
-    dut._log.info("LATENCY H=%d dh=%d L=%d: %d transfers in %d cycles (%d state), last output %d cycles after the "
-                  "last state transfer (documented %d), %d a position; Z late: %d after it (documented %d)",
-                  kp.heads, kp.dh, kp.lanes, kp.transfers, ingest, kp.state_transfers, drain, der["drain"], total,
-                  z_drain, der["z_drain"])
-    assert (ingest, drain, z_drain) == (kp.transfers, der["drain"], der["z_drain"]), (ingest, drain, z_drain)
+    tb.verdict(3)
+    dut._log.info("LATENCY H=%d dh=%d L=%d: %d transfers in %d cycles (%d before the rows), last output %d cycles "
+                  "after the last F transfer (documented drain %d), %d a position; Q late: %d after it (documented %d); "
+                  "Z late: %d after it (documented %d)", kp.heads, kp.dh, kp.lanes, kp.transfers, ingest,
+                  kp.row_transfers, drain, der["drain"], total, q_drain, der["q_drain"], z_drain, der["z_drain"])
+    # Q's P / L transfers right behind F: its norms set the pace when they end later than the first pass
+    after_f = max(der["drain"], kp.width // kp.lanes + der["q_drain"])
+    assert (ingest, drain, q_drain, z_drain) == (kp.transfers, after_f, der["q_drain"], der["z_drain"]), \
+        (ingest, drain, q_drain, z_drain)
 
 
 # ---- pytest runners --------------------------------------------------------------------------------------
