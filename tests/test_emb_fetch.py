@@ -15,15 +15,16 @@ from hw.emb_fetch import EmbFetch
 from hw.program import LANES
 from nano_k3.config import preset
 from nano_k3.fixed import FixedModel
-from nano_k3.fxp_ops import embed_row
+from nano_k3.fxp_ops import X, embed_row
 from nano_k3.image import build_image
 from nano_k3.weights import generate, generate_tokens
 
 SEED = 20260717
 
 
-def _s32(v: int) -> int:
-    return v - (1 << 32) if v >> 31 else v
+def _signed_x(v: int) -> int:
+    """One X element of a word (X.bits two's complement)."""
+    return v - (1 << X.bits) if v >> (X.bits - 1) else v
 
 
 def run_fetches(config: str, seq_len: int, rng: random.Random):
@@ -79,7 +80,7 @@ def run_fetches(config: str, seq_len: int, rng: random.Random):
             for w in range(cfg.d_model // LANES):
                 ctx.set(dut.word_idx, w)
                 v = ctx.get(dut.word)
-                words += [_s32(v >> (32 * j) & 0xFFFFFFFF) for j in range(LANES)]
+                words += [_signed_x(v >> (X.bits * j) & ((1 << X.bits) - 1)) for j in range(LANES)]
             got[-1] = (got[-1][0], ctx.get(dut.token), np.array(words))
 
     sim = Simulator(dut)

@@ -19,6 +19,7 @@ import pytest
 from hw.program import Opc, fields, program_for
 from hw.program_emu import emulate
 from nano_k3.config import preset
+from nano_k3.fxp_ops import X
 
 TRACE_ENV = "NANO_K3_CHIP_TRACE_RUN"
 
@@ -62,8 +63,9 @@ except ImportError:      # pragma: no cover - cocotb is a project dependency
     cocotb = None
 
 
-def _s32(v: int) -> int:
-    return v - (1 << 32) if v >> 31 else v
+def _signed_x(v: int) -> int:
+    """One X element of a VRF word (X.bits two's complement)."""
+    return v - (1 << X.bits) if v >> (X.bits - 1) else v
 
 
 if cocotb is not None:
@@ -102,7 +104,7 @@ if cocotb is not None:
                     word = vrf.setdefault(a, [None] * 16)
                     for j in range(16):
                         if (s >> (4 * j)) & 0xF == 0xF:
-                            word[j] = _s32((d >> (32 * j)) & 0xFFFFFFFF)
+                            word[j] = _signed_x((d >> (X.bits * j)) & ((1 << X.bits) - 1))
                 # an op's result is checked when the op ends; a matvec's when the sequencer's result queue
                 # pops it (its last result written; matvecs leave the queue in program order)
                 rd = int(core.mvq_rd.value)
