@@ -103,7 +103,8 @@ if cocotb is not None:
                     s = int(core.vrf_sram_wstrb.value)
                     word = vrf.setdefault(a, [None] * 16)
                     for j in range(16):
-                        if (s >> (4 * j)) & 0xF == 0xF:
+                        lo, hi = X.bits * j // 8, (X.bits * (j + 1) - 1) // 8     # element j's bytes
+                        if (s >> lo) & ((1 << (hi - lo + 1)) - 1) == (1 << (hi - lo + 1)) - 1:
                             word[j] = _signed_x((d >> (X.bits * j)) & ((1 << X.bits) - 1))
                 # an op's result is checked when the op ends; a matvec's when the sequencer's result queue
                 # pops it (its last result written; matvecs leave the queue in program order)
