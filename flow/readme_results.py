@@ -179,10 +179,12 @@ def _placement(s: dict, stages: dict) -> str | None:
     p = s["placement"]
     if p is None:
         return None
+    placed = placed_corners(stages)
+    slack = _corners(placed) if placed else "not timed: python -m flow.sta --place writes it"
     return (f"die {fmt(p['die_mm2'], '.2f')} mm², {fmt(100 * p['utilization'] if p['utilization'] else None, '.1f')} % "
             f"row utilization, {fmt(p['cells_placed'], ',')} cells and {fmt(p['macros_placed'], ',')} fakeram45 macros, "
             f"HPWL {fmt(p['hpwl_um'] / 1e6 if p['hpwl_um'] else None, '.1f')} m; worst slack with placed-wire "
-            f"parasitics {_corners(placed_corners(stages))}")
+            f"parasitics {slack}")
 
 
 def _signoff(stages: dict) -> str | None:
