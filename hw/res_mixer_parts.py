@@ -11,9 +11,8 @@ from hw.lib.lut import ApplyMant
 from hw.lib.pipe import clamp, delay, eq_const, round_shift_const
 from nano_k3 import fxp_math
 from nano_k3.fxp_ops import SQ_FRAC, P, T, X
-from nano_k3.tensors import PARAM_FORMATS
 
-W_FRAC = PARAM_FORMATS["norm"][0]      # norm offset w (Q2.13): gain = 2^W_FRAC + w (fxp_math.rmsnorm)
+W_FRAC = fxp_math.NORM_FRAC            # norm offset w (Q2.13): gain = 2^W_FRAC + w (fxp_math.rmsnorm)
 
 STATES = {name: k + 1 for k, name in enumerate((
     "IDLE", "RSQRT", "RSQRT_WAIT", "SCORE", "LOG2_WAIT",

@@ -18,8 +18,8 @@ import math
 import numpy as np
 
 from .config import L2_EPS, RMS_EPS, ROUTER_SCALE, ModelConfig
-from .fxp_math import (MANT_FRAC, apply_mant, kda_decay, l2norm, recip, rms_rsqrt, rmsnorm, sigmoid, silu,
-                       softmax_combine, softmax_exp, softmax_probs, to_log2)
+from .fxp_math import (NORM_FRAC, apply_mant, apply_mant_int, kda_decay, l2norm, recip, rms_rsqrt, rmsnorm, sigmoid,
+                       silu, softmax_combine, softmax_exp, softmax_probs, to_log2)
 from .fxp_ops import (ACC_FRAC, ALPHA, LOGIT, RW, UNIT, P, S, X, embed_row, mac_input, matvec, round_shift,
                       wide_dot)
 from .int4 import dequant_matvec
@@ -107,23 +107,18 @@ def residual_mix(cands, w, proj) -> tuple[np.ndarray, np.ndarray]:
     """MIX of §6.2: cands (n, d) in X, oldest first; w Q2.13, proj Q4.11 (d,) -> (mixed X, e P).
 
     The score dot(RN(c, w), proj) is linear in c after RMSNorm's scale, so it is formed as that
-    scale times the exact dot product of c with h = (8192 + w) · proj (frac X.frac + 13 + 11; the
+    scale times the exact dot product of c with h = (2^13 + w) · proj (frac X.frac + 13 + 11; the
     chip sums it while the candidates stream in, with no pass after their norms), rounded once to
     ``MIX_DOT_FRAC``; the scale's (mant, e) is rmsnorm's (``rms_rsqrt``), the product rounded to X.
     """
     cands = np.asarray(cands, dtype=np.int64)
     mant, e = rms_rsqrt(cands, X.frac)                                  # (n, 1) each
-    h = (np.int64(8192) + np.asarray(w, dtype=np.int64)) * np.asarray(proj, dtype=np.int64)   # (d,)
-    dot = wide_dot("ni,i->n", cands, h, X.frac + 13 + Q4_11 - MIX_DOT_FRAC)   # (n,) frac MIX_DOT_FRAC
-    score = X.fit([round_shift_int(int(v) * int(m), MIX_DOT_FRAC + MANT_FRAC - int(x) - X.frac)
+    h = (np.int64(1 << NORM_FRAC) + np.asarray(w, dtype=np.int64)) * np.asarray(proj, dtype=np.int64)  # (d,)
+    dot = wide_dot("ni,i->n", cands, h, X.frac + NORM_FRAC + Q4_11 - MIX_DOT_FRAC)   # (n,) frac MIX_DOT_FRAC
+    score = X.fit([apply_mant_int(int(v), MIX_DOT_FRAC, int(m), int(x), X.frac)
                    for v, m, x in zip(dot, mant[:, 0], e[:, 0])], X.frac)          # (n,) X
     e = softmax_exp(to_log2(score, X.frac))                             # (n,) P
     return softmax_combine(e, cands, X.frac), e
-
-
-def round_shift_int(v: int, s: int) -> int:
-    """``round_shift`` of one Python integer (no int64 limit): v · 2^-s rounded half up, or v · 2^-s exactly."""
-    return (v + (1 << (s - 1))) >> s if s > 0 else v << -s
 
 
 # --- MoE ---------------------------------------------------------------------------------------

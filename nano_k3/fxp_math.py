@@ -12,8 +12,10 @@ import numpy as np
 
 from . import luts as L
 from .fxp_ops import SQ_FRAC, UNIT, P, T, X, log2_exact, normalise, round_shift, wide_dot
+from .tensors import PARAM_FORMATS
 
 MANT_FRAC = 23           # rsqrt / recip mantissas are UQ1.23
+NORM_FRAC = PARAM_FORMATS["norm"][0]   # a norm weight w is Q2.13: the gain 2^NORM_FRAC + w is UQ2.13
 ONE_P = 1 << P.frac      # 1.0 in format P
 # Constants of the datapath, rounded once (the only place a float meets the design).
 LOG2E_Q24 = round(math.log2(math.e) * (1 << 24))  # log2(e), UQ2.24 (25 bits)
@@ -56,6 +58,13 @@ def apply_mant(v, v_frac: int, mant, e, out_frac: int) -> np.ndarray:
     return round_shift(np.asarray(v, dtype=np.int64) * mant, v_frac + MANT_FRAC - e - out_frac)
 
 
+def apply_mant_int(v: int, v_frac: int, mant: int, e: int, out_frac: int) -> int:
+    """``apply_mant`` of one Python integer, whose product may exceed int64: the same rounding (half up)."""
+    s = v_frac + MANT_FRAC - e - out_frac
+    p = v * mant
+    return (p + (1 << (s - 1))) >> s if s > 0 else p << -s
+
+
 # --- norms -------------------------------------------------------------------------------------
 def sum_squares(v, v_frac: int) -> np.ndarray:
     """sum(v^2) over the last axis with SQ_FRAC (32) fractional bits: exact sum, one rounding.
@@ -82,14 +91,14 @@ def rms_rsqrt(v, v_frac: int, eps: float = 1e-5) -> tuple[np.ndarray, np.ndarray
 def rmsnorm(v, v_frac: int, w, eps: float = 1e-5, out=X) -> np.ndarray:
     """RN(v, w) = v / sqrt(mean(v^2) + eps) * (1 + w/8192) over the last axis -> ``out`` (default X).
 
-    w is the Q2.13 norm offset; the gain 8192 + w is a 14-bit unsigned multiplier; the scale is
+    w is the Q2.13 norm offset; the gain 2^NORM_FRAC + w is a 14-bit unsigned multiplier; the scale is
     ``rms_rsqrt``'s.
     """
     v = np.asarray(v, dtype=np.int64)
     mant, e = rms_rsqrt(v, v_frac, eps)
     y = apply_mant(v, v_frac, mant, e, X.frac)                            # (..., n) X.frac
-    gain = np.int64(8192) + np.asarray(w, dtype=np.int64)                 # (n,) UQ2.13
-    return out.fit(y * gain, X.frac + 13)
+    gain = np.int64(1 << NORM_FRAC) + np.asarray(w, dtype=np.int64)      # (n,) UQ2.13
+    return out.fit(y * gain, X.frac + NORM_FRAC)
 
 
 def l2norm(v, v_frac: int, eps: float = 1e-6) -> np.ndarray:

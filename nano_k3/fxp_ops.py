@@ -48,6 +48,11 @@ class Fmt:
         """Requantise ``v`` (with ``frac`` fractional bits) into this format: round, then saturate."""
         return np.clip(round_shift(v, frac - self.frac), self.lo, self.hi)
 
+    def element(self, word: int, j: int) -> int:
+        """Element ``j`` of a packed word of elements ``bits`` wide (element 0 in the low bits)."""
+        v = (word >> (self.bits * j)) & ((1 << self.bits) - 1)
+        return v - (1 << self.bits) if self.signed and v >> (self.bits - 1) else v
+
 
 # The formats of the datapath (docs/fixed_point.md is the table that explains each one).
 X = Fmt("X", 32, 24)             # vectors between blocks: residual stream, norms, matvec outputs, KV cache

@@ -58,3 +58,14 @@ def test_power_is_the_chip_power_of_this_synthesis_at_the_bench_token_rate(tmp_p
     other = power(synth, 40_000.0)
     assert other["status"] == "not measured" and "another synthesis" in other["reason"]
     assert "make chip-power" in other["command"]
+
+
+def test_a_synthesis_folder_given_as_synth_is_refused_before_any_simulation(tmp_path, capsys):
+    from verification.bench import main
+    (tmp_path / "rtl").mkdir()
+    (tmp_path / "rtl" / "config.json").write_text("{}")
+    (tmp_path / "synth").mkdir()
+    with pytest.raises(SystemExit) as e:
+        main(["--rtl", str(tmp_path / "rtl"), "--synth", str(tmp_path / "synth"), "--out", str(tmp_path / "b")])
+    assert e.value.code == 2 and "synth.json" in capsys.readouterr().err
+    assert not (tmp_path / "b").exists()

@@ -22,11 +22,6 @@ from nano_k3.weights import generate, generate_tokens
 SEED = 20260717
 
 
-def _signed_x(v: int) -> int:
-    """One X element of a word (X.bits two's complement)."""
-    return v - (1 << X.bits) if v >> (X.bits - 1) else v
-
-
 def run_fetches(config: str, seq_len: int, rng: random.Random):
     """Fetch every position of a ``config`` image in turn; per position (requests, token, words)."""
     cfg = preset(config)
@@ -80,7 +75,7 @@ def run_fetches(config: str, seq_len: int, rng: random.Random):
             for w in range(cfg.d_model // LANES):
                 ctx.set(dut.word_idx, w)
                 v = ctx.get(dut.word)
-                words += [_signed_x(v >> (X.bits * j) & ((1 << X.bits) - 1)) for j in range(LANES)]
+                words += [X.element(v, j) for j in range(LANES)]
             got[-1] = (got[-1][0], ctx.get(dut.token), np.array(words))
 
     sim = Simulator(dut)

@@ -9,8 +9,8 @@ from nano_k3.config import NANO, TINY
 from nano_k3.fixed import (ROUTER_SCALE_Q24, FixedModel, argmax, expert_hidden, kda_alpha, kda_conv,
                            kda_state_update, gated_norm, logits_out, mla_attention, moe_combine, residual_mix,
                            router_select, router_weights)
-from nano_k3.fxp_math import (LOG2E_Q24, exp2_neg, l2norm, rmsnorm, sigmoid, silu, softmax_combine, softmax_exp,
-                              to_log2)
+from nano_k3.fxp_math import (LOG2E_Q24, apply_mant, apply_mant_int, exp2_neg, l2norm, rmsnorm, sigmoid, silu,
+                              softmax_combine, softmax_exp, to_log2)
 from nano_k3.fxp_ops import (ALPHA, MAC_FRAC_MAX, SQ_FRAC, UNIT, A, P, S, T, X, bit_length, mac_input, matvec,
                              round_shift, saturate, wide_dot)
 from nano_k3.golden import GoldenModel
@@ -38,6 +38,21 @@ def test_saturate_and_fit():
     assert saturate(a(40000, -40000, 5), 16).tolist() == [32767, -32768, 5]
     assert X.fit(a(1 << 40, -(1 << 40)), 16).tolist() == [X.hi, X.lo]
     assert X.fit(a(3), X.frac + 1).tolist() == [2]                           # 1.5 LSB -> 2
+
+
+def test_elements_of_a_packed_word():
+    vals = [X.lo, -1, 5, X.hi]
+    word = sum((v & ((1 << X.bits) - 1)) << (X.bits * j) for j, v in enumerate(vals))
+    assert [X.element(word, j) for j in range(4)] == vals
+    assert [P.element((P.hi << P.bits) | 3, j) for j in range(2)] == [3, P.hi]      # unsigned stays positive
+
+
+def test_apply_mant_int_rounds_as_apply_mant():
+    rng = np.random.default_rng(3)
+    for v, m, e in zip(rng.integers(-2**36, 2**36, 50), rng.integers(1 << 23, 1 << 24, 50), rng.integers(-8, 8, 50)):
+        want = int(apply_mant(a(int(v)), 30, int(m), int(e), X.frac)[0])
+        assert apply_mant_int(int(v), 30, int(m), int(e), X.frac) == want
+    assert apply_mant_int(1 << 70, 40, 1 << 23, 0, 24) == 1 << 54                  # beyond int64
 
 
 def test_bit_length():

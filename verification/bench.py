@@ -403,13 +403,16 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m verification.bench", description=__doc__.splitlines()[0])
     ap.add_argument("--rtl", type=Path, default=Path("build/rtl"))
     ap.add_argument("--out", type=Path, default=Path("build/bench"))
-    ap.add_argument("--synth", type=Path, default=Path("build/synth/synth.json"))
+    ap.add_argument("--synth", type=Path, default=Path("build/synth/synth.json"),
+                    help="a synthesis' synth.json (its absence is reported as 'not synthesized')")
     ap.add_argument("--seed", type=int, default=PUBLIC_SEED)
     ap.add_argument("--no-held-out", dest="held_out", action="store_false",
                     help="skip the held-out runs of the performance model (verification/held_out.py)")
     args = ap.parse_args(argv)
     if not (args.rtl / "config.json").exists():
         ap.error(f"{args.rtl / 'config.json'} not found; run `make rtl BLOCK=chip` first")
+    if args.synth.is_dir() or (args.synth.exists() and args.synth.suffix != ".json"):
+        ap.error(f"--synth must name a synthesis' synth.json (e.g. {args.synth / 'synth.json'}), got {args.synth}")
     (args.out / "bench.json").unlink(missing_ok=True)
     cfg, _ = read_config(args.rtl / "config.json")
     result = bench(args.rtl, args.out, args.synth, default_runs(preset_of(cfg), args.seed), args.held_out)

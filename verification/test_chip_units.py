@@ -63,11 +63,6 @@ except ImportError:      # pragma: no cover - cocotb is a project dependency
     cocotb = None
 
 
-def _signed_x(v: int) -> int:
-    """One X element of a VRF word (X.bits two's complement)."""
-    return v - (1 << X.bits) if v >> (X.bits - 1) else v
-
-
 if cocotb is not None:
     @cocotb.test()
     async def chip_trace(dut):
@@ -105,7 +100,7 @@ if cocotb is not None:
                     for j in range(16):
                         lo, hi = X.bits * j // 8, (X.bits * (j + 1) - 1) // 8     # element j's bytes
                         if (s >> lo) & ((1 << (hi - lo + 1)) - 1) == (1 << (hi - lo + 1)) - 1:
-                            word[j] = _signed_x((d >> (X.bits * j)) & ((1 << X.bits) - 1))
+                            word[j] = X.element(d, j)
                 # an op's result is checked when the op ends; a matvec's when the sequencer's result queue
                 # pops it (its last result written; matvecs leave the queue in program order)
                 rd = int(core.mvq_rd.value)
