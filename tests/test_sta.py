@@ -5,7 +5,7 @@ import pytest
 
 import flow.sta as sta_mod
 from flow.cli import job_count
-from flow.sta import StaError, corner_threads, memory_jobs, parse_paths, run_sta
+from flow.sta import StaError, memory_jobs, parse_paths, run_sta
 from flow.synth import synthesize
 
 DATA = Path(__file__).parent / "data"
@@ -44,24 +44,15 @@ def test_tight_clock_violates(sta):
 
 
 def test_one_process_at_a_time_gives_the_same_slacks(sta):
-    """One process at a time has the CPUs to itself (OpenSTA's threads): the slacks stay the same."""
+    """One process at a time (one delay-calculation thread each: more crashed Debian's OpenSTA): the slacks
+    stay the same."""
     base, r = sta
     one = run_sta(base / "synth", base / "sta_one", ["slow", "typical", "fast"], 10.0, jobs=1)
     assert {c: v["wns_ns"] for c, v in one["corners"].items()} == {c: v["wns_ns"] for c, v in r["corners"].items()}
-    cpus = job_count(None, "CPUs")
-    assert f"sta::set_thread_count {cpus}\n" in (base / "sta_one" / "slow.tcl").read_text()
+    assert "set_thread_count" not in (base / "sta_one" / "slow.tcl").read_text()
     for bad in (0, 2.5, True):
         with pytest.raises(StaError, match=f"--jobs must be .* at least 1; got {bad!r}"):
             run_sta(base / "synth", base / "sta_bad", ["slow"], 10.0, jobs=bad)
-
-
-def test_corner_threads_share_the_cpus():
-    assert corner_threads(3, 3, 2) == [1, 1, 1]          # three side by side on two CPUs
-    assert corner_threads(3, 2, 2) == [1, 1, 2]          # the last one starts when the first ends, then runs alone
-    assert corner_threads(3, 1, 2) == [2, 2, 2]
-    assert corner_threads(5, 2, 4) == [2, 2, 2, 2, 4]
-    assert corner_threads(1, 3, 2) == [2]                # more slots than corners
-    assert corner_threads(2, 2, 1) == [1, 1]
 
 
 def test_missing_synth_says_run_synth(tmp_path):
