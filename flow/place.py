@@ -14,14 +14,17 @@ Steps (ARCHITECTURE.md, "Physical implementation"):
    macros packed from the lower-left corner (flow/place_flat.py). Either is written as
    ``floorplan.json`` and drawn as ``floorplan.png`` (flow/floorplan_out.py);
 3. global placement: each region as its own coloquinte circuit with the other regions' pins as fixed
-   terminals, ``--jobs`` regions at a time (flow/regions.py); ``--flat``: one circuit of everything;
+   terminals, ``--jobs`` regions at a time (flow/regions.py); ``--flat``: one circuit of everything. The
+   placer sees logical nets: synthesis' buffer chains, which step 4 rebuilds, merged into the nets they
+   drive (flow/place_nets.py). Cells are widened to ``PLACER_DENSITY`` of the rows so that they spread
+   evenly. Nets with more than ``MAX_PLACE_FANOUT`` pins (clock, reset, pipeline enables) are not given to
+   the placer, whose quadratic model they would dominate;
 4. net repair (unless ``--no-repair``): every net with more than flow/repair.py's ``MAX_FANOUT`` sinks
    loses synthesis' buffer tree and gets one clustered by the sinks' global-placement positions, buffers
    sized by load (OpenROAD's repair_design, simplified); a new buffer belongs to the region it lands in;
-5. legalisation and detailed placement on each region's rows (alternate rows flipped, ``FS``; cells
-   widened to ``PLACER_DENSITY`` while placing so they spread evenly); x is then snapped to the site grid.
-   Nets with more than ``MAX_PLACE_FANOUT`` pins (clock, reset) are not given to the placer, whose
-   quadratic model they would dominate;
+5. legalisation on each region's rows (alternate rows flipped, ``FS``): each cell to its nearest row, in x
+   order, moved as little as flow/row_legalize.py allows (coloquinte's legaliser moved cells up to a
+   millimetre); x is then snapped to the site grid;
 6. outputs: the placed flat netlist ``<top>.v`` (with the repaired trees; the DEF, SPEF and STA all use
    it), a placed DEF, wire parasitics estimated from the placed pins as SPEF (flow/parasitics.py),
    OpenSTA on every corner with them (flow/sta.py) and meanwhile a GDS of the placed cells and pictures
@@ -51,7 +54,8 @@ from flow.place_flat import (MAX_PLACE_FANOUT, PLACER_DENSITY, Floorplan, PinPoi
 from flow.place_netlist import Design, PlaceError, build_design, flatten, progress
 from flow.place_out import (DEFERRED, STATE_FILE, copies_of, netlist_and_layout, read_lefs, save_state, wire_summary,
                              write_layout, write_outputs)
-from flow.regions import GLOBAL, LEGAL, place_regions, reassign
+from flow.place_nets import placement_nets
+from flow.regions import legalize_regions, place_regions, reassign
 from flow.repair import RepairError, RepairResult, input_caps, repair, verify
 from flow.sta import StaError, run_sta
 from flow.synth import design_period_ns, liberty_areas
@@ -154,12 +158,13 @@ def _place_cells(module: dict, d: Design, fp: Floorplan, plan: RegionPlan | None
     """Global placement, net repair, legalisation and detailed placement, snapping: (design, xs, ys,
     orientations, stats, repair result)."""
     t = time.monotonic()
+    nets, ignored = placement_nets(d, through_buffers=repair_args is not None)
     if plan is None:
-        xs, ys, pstats = global_placement(d, fp, effort)
+        xs, ys, pstats = global_placement(d, fp, effort, nets)
     else:
-        xs, ys, _, gstats = place_regions(d, plan, effort, processes, GLOBAL, log_dir)
-        pstats = {"nets_ignored_by_placer": sum(len(p) > MAX_PLACE_FANOUT for p in d.net_pins),
-                  "global_region_s": gstats["region_s"]}
+        xs, ys, gstats = place_regions(d, plan, effort, processes, log_dir, nets)
+        pstats = {"global_region_s": gstats["region_s"]}
+    pstats["nets_ignored_by_placer"] = ignored
     timing["global_place_s"] = time.monotonic() - t
     fixed = None
     if repair_args is not None:
@@ -171,13 +176,8 @@ def _place_cells(module: dict, d: Design, fp: Floorplan, plan: RegionPlan | None
         d = new
         timing["repair_s"] = time.monotonic() - t
     t = time.monotonic()
-    if plan is None:
-        xs, ys, orient, lstats = legalize(d, fp, effort, xs, ys)
-        pstats.update(lstats)
-    else:
-        xs, ys, orient, lstats = place_regions(d, plan, effort, processes, LEGAL, log_dir, xs, ys)
-        pstats.update(coloquinte_hpwl_dbu=lstats["coloquinte_hpwl_dbu"], legal_region_s=lstats["region_s"],
-                      legal_density=lstats["density"])
+    xs, ys, orient, lstats = legalize(d, fp, xs, ys) if plan is None else legalize_regions(d, plan, xs, ys)
+    pstats.update(cells_spilled=lstats["cells_spilled"], mean_move_dbu=lstats["mean_move_dbu"])
     pstats["cells_moved_to_site_grid"] = snap_to_sites(d, fp, xs, ys)
     timing["legalize_s"] = time.monotonic() - t
     if plan is not None:
@@ -292,7 +292,7 @@ def place(synth: Path, out: Path, utilization: float = 0.6, effort: int = 1, cor
         timing["sta_s"] = sta["runtime_s"]
     result = _result(s, d, fp, fj, dbu, wires, pstats, fixed, cells_before, sta, rc, timing, files,
                      {"utilization": utilization, "effort": effort, "period_ns": period_ns, "processes": processes,
-                      "t_start": t_start})
+                      "repair_fanout": repair_fanout, "t_start": t_start})
     if not outputs:
         result[DEFERRED] = {"layout": picture, "written": False,
                             "command": f"python -m flow.place_out --place {out}"}
@@ -335,9 +335,10 @@ def _result(s: dict, d: Design, fp: Floorplan, fj: dict, dbu: int, wires: dict, 
                    "nets_ignored_above_fanout": MAX_PLACE_FANOUT,
                    "nets_ignored": pstats["nets_ignored_by_placer"],
                    "cells_moved_to_site_grid": pstats["cells_moved_to_site_grid"],
-                   "coloquinte_hpwl_um": round(pstats["coloquinte_hpwl_dbu"] / dbu, 1),
-                   **({"region_s": {"global": pstats["global_region_s"], "legalize": pstats["legal_region_s"]},
-                       "legalization_density": pstats["legal_density"], "logs": "regions/<region>.log"}
+                   "nets_through_buffers": opt["repair_fanout"],
+                   "legalizer": {"tool": "flow/row_legalize.py", "cells_spilled": pstats["cells_spilled"],
+                                 "mean_move_um": round(pstats["mean_move_dbu"] / dbu, 3)},
+                   **({"region_s": {"global": pstats["global_region_s"]}, "logs": "regions/<region>.log"}
                       if regions else {})},
         "floorplan": ({"mode": "regions", "regions": len(fj["regions"]),
                        "macros": "packed in shelves along the edge of their engine's region that faces the fewest "

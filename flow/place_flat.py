@@ -26,6 +26,7 @@ import numpy as np
 from flow.lefdef import DefRow, Lef
 from flow.macro_map import MACRO_KEEPOUT_UM
 from flow.place_netlist import Design, PlaceError, progress
+from flow.row_legalize import Stretch, legalize_rows
 from pdk_config.nangate45 import SITE
 
 PLACER_DENSITY = 0.9          # cells widened to fill this share of the rows while placing (even spread)
@@ -122,8 +123,9 @@ def _io_positions(d: Design, die, pitch: int) -> list[tuple[int, int, str]]:
     return out
 
 
-def _circuit(d: Design, fp: Floorplan, start: tuple[list[int], list[int]] | None):
-    """The coloquinte circuit of ``d``; cells start at the core centre, or at ``start`` (lower-left, dbu)."""
+def _circuit(d: Design, fp: Floorplan, nets: list[list[tuple]]):
+    """The coloquinte circuit of ``d`` with the pin lists ``nets`` (flow/place_nets.py); cells start at the
+    core centre."""
     import coloquinte as cq
 
     n_comp, n_io = len(d.comp_name), len(d.io_name)
@@ -136,29 +138,21 @@ def _circuit(d: Design, fp: Floorplan, start: tuple[list[int], list[int]] | None
     c.cell_row_polarity = ([cq.CellRowPolarity.SAME] * d.n_std
                            + [cq.CellRowPolarity.ANY] * (n_comp - d.n_std + n_io))
     cx, cy = (fp.core[0] + fp.core[2]) // 2, (fp.core[1] + fp.core[3]) // 2
-    if start is None:
-        xs, ys = [cx] * n_comp, [cy] * n_comp
-    else:
-        xs, ys = list(start[0][:n_comp]), list(start[1][:n_comp])
-    xs, ys = xs + [p[0] for p in fp.io_xy], ys + [p[1] for p in fp.io_xy]
+    xs, ys = [cx] * n_comp + [p[0] for p in fp.io_xy], [cy] * n_comp + [p[1] for p in fp.io_xy]
     for i, (x, y) in fp.macro_xy.items():
         xs[i], ys[i] = x, y
     c.cell_x, c.cell_y = xs, ys
     c.cell_orientation = [cq.CellOrientation.N] * (n_comp + n_io)
     c.rows = [cq.Row(cq.Rectangle(r.x, r.x + r.num_x * r.step_x, r.y, r.y + fp.row_height),
                      cq.CellOrientation.N if r.orient == "N" else cq.CellOrientation.FS) for r in fp.rows]
-    skipped = 0
-    for pins in d.net_pins:
-        if len(pins) > MAX_PLACE_FANOUT:
-            skipped += 1
-            continue
+    for pins in nets:
         c.add_net([p[0] if p[0] >= 0 else n_comp + (-1 - p[0]) for p in pins], [p[2] for p in pins],
                   [p[3] for p in pins])
     c.check()
     # Cells are widened for the placer so that they fill DENSITY of the rows: spread evenly, with room left
     # for legalisation (and routing); the DEF keeps their true widths.
     c.expand_cells_to_density(PLACER_DENSITY, 0.0)
-    return c, skipped
+    return c
 
 
 @contextmanager
@@ -183,11 +177,12 @@ def coloquinte_report_as_progress():
             sys.stderr.flush()
 
 
-def global_placement(d: Design, fp: Floorplan, effort: int) -> tuple[list[int], list[int], dict]:
-    """Cell lower-left corners (dbu) after coloquinte's global placement: spread, not yet on rows."""
+def global_placement(d: Design, fp: Floorplan, effort: int, nets: list[list[tuple]]) -> tuple[list[int], list[int], dict]:
+    """Cell lower-left corners (dbu) after coloquinte's global placement with the pin lists ``nets``
+    (flow/place_nets.py): spread, not yet on rows."""
     import coloquinte as cq
 
-    c, skipped = _circuit(d, fp, None)
+    c = _circuit(d, fp, nets)
     params = cq.ColoquinteParameters(effort)
     t0 = time.monotonic()
     state = {"n": 0}
@@ -197,31 +192,29 @@ def global_placement(d: Design, fp: Floorplan, effort: int) -> tuple[list[int], 
         if state["n"] % 10 == 0:
             progress(f"  global placement step {state['n']} ({time.monotonic() - t0:.0f} s)")
 
-    progress(f"global placement of {d.n_std:,} cells ({len(d.net_pins) - skipped:,} nets, effort {effort}) ...")
+    progress(f"global placement of {d.n_std:,} cells ({len(nets):,} nets, effort {effort}) ...")
     with coloquinte_report_as_progress():
         c.place_global(params, callback)
     n_comp = len(d.comp_name)
-    return list(c.cell_x[:n_comp]), list(c.cell_y[:n_comp]), {"nets_ignored_by_placer": skipped,
-                                                               "global_s": time.monotonic() - t0}
+    return list(c.cell_x[:n_comp]), list(c.cell_y[:n_comp]), {"global_s": time.monotonic() - t0}
 
 
-def legalize(d: Design, fp: Floorplan, effort: int, xs: list[int], ys: list[int]) -> tuple[list[int], list[int], list[str], dict]:
-    """Legalisation and detailed placement from the positions ``xs``, ``ys``."""
-    import coloquinte as cq
+def stretches_of(rows: list[DefRow]) -> list[Stretch]:
+    """Row stretches for flow/row_legalize.py."""
+    return [Stretch(r.y, r.x, r.x + r.num_x * r.step_x, r.orient) for r in rows]
 
-    c, _ = _circuit(d, fp, (xs, ys))
-    params = cq.ColoquinteParameters(effort)
+
+def legalize(d: Design, fp: Floorplan, xs: list[int], ys: list[int]) -> tuple[list[int], list[int], list[str], dict]:
+    """Legal positions of the standard cells from the global placement ``xs``, ``ys`` (flow/row_legalize.py);
+    macros and I/O pins as they are."""
     t0 = time.monotonic()
-    progress("legalisation ...")
-    with coloquinte_report_as_progress():
-        c.legalize(params)
-    progress(f"detailed placement ({time.monotonic() - t0:.0f} s) ...")
-    with coloquinte_report_as_progress():
-        c.place_detailed(params)
-    n_comp = len(d.comp_name)
-    orient = ["N" if o == cq.CellOrientation.N else "FS" for o in c.cell_orientation[:n_comp]]
-    return (list(c.cell_x[:n_comp]), list(c.cell_y[:n_comp]), orient,
-            {"coloquinte_hpwl_dbu": c.hpwl(), "legalize_s": time.monotonic() - t0})
+    progress("legalisation (rows) ...")
+    xs, ys = list(xs), list(ys)
+    orient = ["N"] * len(d.comp_name)
+    legal, stats = legalize_rows(stretches_of(fp.rows), list(range(d.n_std)), xs, ys, d.comp_w, fp.rows[0].step_x)
+    for i, (x, y, o) in legal.items():
+        xs[i], ys[i], orient[i] = x, y, o
+    return xs, ys, orient, {**stats, "legalize_s": time.monotonic() - t0}
 
 
 def snap_to_sites(d: Design, fp: Floorplan, xs: list[int], ys: list[int]) -> int:

@@ -5,13 +5,12 @@ coloquinte has no fences. A region's circuit therefore holds only its standard c
 (fixed obstructions) and its rows; every net that reaches one of its cells is given with the pins outside
 the region replaced by fixed, zero-size terminals that obstruct nothing:
 
-* global placement: one terminal per other region, at the point of that region nearest to this one (where
-  its cells that talk to this region will gather), and one per I/O pin at its place on the die edge;
-* legalisation and detailed placement (after the merged global placement, and flow/repair.py's new buffer
-  trees): a terminal at every outside pin's global-placement position.
+one terminal per other region, at the point of that region nearest to this one (where its cells that talk
+to this region will gather), and one per I/O pin at its place on the die edge.
 
-The positions of all regions are merged into one placement, which the flat flow's outputs (DEF, SPEF,
-STA, GDS) take as they are. Each process prints a line when it starts a region and the caller one when it
+The global positions of all regions are merged; after flow/repair.py's new buffer trees each region's cells
+are legalised into its own rows (``legalize_regions``, flow/row_legalize.py), and the flat flow's outputs
+(DEF, SPEF, STA, GDS) take the placement as it is. Each process prints a line when it starts a region and the caller one when it
 is done, with the region's name and the time it took.
 """
 from __future__ import annotations
@@ -26,11 +25,9 @@ from pathlib import Path
 
 from flow.cli import die_with_parent
 from flow.floorplan import Rect, RegionPlan
-from flow.place_flat import MAX_PLACE_FANOUT, PLACER_DENSITY, pin_xy
+from flow.place_flat import PLACER_DENSITY, stretches_of
 from flow.place_netlist import Design, PlaceError, progress
-
-GLOBAL, LEGAL = "global placement", "legalisation + detailed placement"
-LEGAL_DENSITIES = (PLACER_DENSITY, 0.85, 0.8, 0.7, 0.0)     # 0: cells at their own width
+from flow.row_legalize import legalize_rows
 
 
 def nearest_point(src: Rect, dst: Rect) -> tuple[int, int]:
@@ -47,15 +44,13 @@ def _inside(rect: Rect, x: int, y: int, w: int, h: int) -> tuple[int, int]:
     return min(max(x, rect[0]), rect[2] - w), min(max(y, rect[1]), rect[3] - h)
 
 
-def region_jobs(d: Design, plan: RegionPlan, effort: int, xs: list[int] | None = None,
-                ys: list[int] | None = None) -> list[dict]:
-    """One job per region with cells. Without positions: global placement, outside pins on terminals per
-    region; with ``xs``, ``ys`` (global placement of every component): legalisation, a terminal per outside pin."""
+def region_jobs(d: Design, plan: RegionPlan, effort: int, nets: list[list[tuple]]) -> list[dict]:
+    """One global-placement job per region with cells, with the pin lists ``nets`` (flow/place_nets.py):
+    outside pins on terminals per region."""
     fp, regions, region_of = plan.fp, plan.regions, plan.region_of
-    step = GLOBAL if xs is None else LEGAL
     jobs = []
     for k, r in enumerate(regions):
-        jobs.append({"name": r.name, "step": step, "effort": effort, "rect": r.rect, "row_height": fp.row_height,
+        jobs.append({"name": r.name, "effort": effort, "rect": r.rect, "row_height": fp.row_height,
                      "rows": [(row.x, row.x + row.num_x * row.step_x, row.y, row.orient) for row in r.rows],
                      "cells": [], "w": [], "h": [], "x": [], "y": [], "macros": [], "terminals": [], "nets": []})
     local: list[int] = [0] * len(d.comp_name)
@@ -64,20 +59,14 @@ def region_jobs(d: Design, plan: RegionPlan, effort: int, xs: list[int] | None =
         if i < d.n_std:
             local[i] = len(job["cells"])
             job["cells"].append(i)
-            if xs is None:
-                x, y = (r := regions[k].rect)[0] + (r[2] - r[0]) // 2, r[1] + (r[3] - r[1]) // 2
-            else:
-                x, y = _inside(regions[k].rect, xs[i], ys[i], d.comp_w[i], d.comp_h[i])
-            job["x"].append(x)
-            job["y"].append(y)
+            r = regions[k].rect
+            job["x"].append(r[0] + (r[2] - r[0]) // 2)
+            job["y"].append(r[1] + (r[3] - r[1]) // 2)
         else:
             local[i] = len(job["macros"])
             job["macros"].append((i, *fp.macro_xy[i], d.comp_w[i], d.comp_h[i]))
     terminal = [dict() for _ in regions]             # per region: position -> terminal index
-    orient = ["N"] * len(d.comp_name)
-    for pins in d.net_pins:
-        if len(pins) > MAX_PLACE_FANOUT:
-            continue
+    for pins in nets:
         regs = {region_of[p[0]] for p in pins if p[0] >= 0 and p[0] < d.n_std}
         for k in regs:
             job, n_cells = jobs[k], len(jobs[k]["cells"])
@@ -89,12 +78,7 @@ def region_jobs(d: Design, plan: RegionPlan, effort: int, xs: list[int] | None =
                     dxs.append(p[2])
                     dys.append(p[3])
                     continue
-                if obj < 0:
-                    pos = fp.io_xy[-1 - obj][:2]
-                elif xs is None:
-                    pos = nearest_point(regions[k].rect, regions[region_of[obj]].rect)
-                else:
-                    pos = pin_xy(d, fp, xs, ys, orient, p)
+                pos = fp.io_xy[-1 - obj][:2] if obj < 0 else nearest_point(regions[k].rect, regions[region_of[obj]].rect)
                 objs.append(-1 - terminal[k].setdefault(pos, len(terminal[k])))
                 dxs.append(0)
                 dys.append(0)
@@ -122,7 +106,7 @@ def _stdout_to(path: str | None):
             os.close(saved)
 
 
-def _circuit(job: dict, density: float):
+def _circuit(job: dict):
     """The region's coloquinte circuit: cells (movable), macros (fixed obstructions), terminals (fixed, size 0)."""
     import coloquinte as cq
 
@@ -144,41 +128,23 @@ def _circuit(job: dict, density: float):
     for objs, dxs, dys in job["nets"]:
         c.add_net([o if o >= 0 else first_term + (-1 - o) for o in objs], dxs, dys)
     c.check()
-    if density:
-        c.expand_cells_to_density(density, 0.0)
+    c.expand_cells_to_density(PLACER_DENSITY, 0.0)
     return c
 
 
 def run_region(job: dict) -> dict:
-    """In a worker process: one region's circuit through ``job["step"]``; the cells' lower-left corners.
-    coloquinte's legaliser can fail on a small region whose rows a macro cuts short when the cells are widened
-    to ``PLACER_DENSITY``: it is then run again with the cells widened less (``LEGAL_DENSITIES``)."""
+    """In a worker process: one region's global placement; the cells' lower-left corners."""
     import coloquinte as cq
 
     t0 = time.monotonic()
     n_cells = len(job["cells"])
-    progress(f"region {job['name']}: {job['step']} of {n_cells:,} cells, {len(job['nets']):,} nets, "
+    progress(f"region {job['name']}: global placement of {n_cells:,} cells, {len(job['nets']):,} nets, "
              f"{len(job['terminals']):,} outside pins as terminals ...")
-    params = cq.ColoquinteParameters(job["effort"])
-    densities = (PLACER_DENSITY,) if job["step"] == GLOBAL else LEGAL_DENSITIES
     with _stdout_to(job.get("log")):
-        for density in densities:
-            c = _circuit(job, density)
-            try:
-                if job["step"] == GLOBAL:
-                    c.place_global(params)
-                else:
-                    c.legalize(params)
-                    c.place_detailed(params)
-                break
-            except RuntimeError as e:
-                if density == densities[-1]:
-                    raise
-                progress(f"region {job['name']}: {e} with cells widened to {density:.0%} of the rows; again at "
-                         f"{densities[densities.index(density) + 1] or 1:.0%} ...")
-    orient = ["N" if o == cq.CellOrientation.N else "FS" for o in c.cell_orientation[:n_cells]]
+        c = _circuit(job)
+        c.place_global(cq.ColoquinteParameters(job["effort"]))
     return {"name": job["name"], "cells": job["cells"], "x": list(c.cell_x[:n_cells]), "y": list(c.cell_y[:n_cells]),
-            "orient": orient, "seconds": time.monotonic() - t0, "hpwl_dbu": c.hpwl(), "density": density}
+            "seconds": time.monotonic() - t0}
 
 
 def _fill_sizes(d: Design, jobs: list[dict]) -> None:
@@ -203,24 +169,21 @@ def run_jobs(d: Design, jobs: list[dict], processes: int) -> tuple[list[dict], f
             except Exception as e:          # a worker's error or a crashed worker (BrokenProcessPool)
                 raise PlaceError(f"placement of region {futures[fut]} failed: {type(e).__name__}: {e}") from None
             results.append(res)
-            progress(f"region {res['name']}: {jobs[0]['step']} done in {res['seconds']:.1f} s "
+            progress(f"region {res['name']}: global placement done in {res['seconds']:.1f} s "
                      f"({len(results)} of {len(jobs)} regions, {time.monotonic() - t0:.0f} s since the first)")
     return results, time.monotonic() - t0
 
 
-def merge(d: Design, plan: RegionPlan, results: list[dict], xs: list[int] | None = None,
-          ys: list[int] | None = None) -> tuple[list[int], list[int], list[str]]:
-    """Every component's lower-left corner and orientation: the regions' cells, then the macros."""
+def merge(d: Design, plan: RegionPlan, results: list[dict]) -> tuple[list[int], list[int]]:
+    """Every component's lower-left corner: the regions' cells, then the macros."""
     n = len(d.comp_name)
-    xs = list(xs) if xs is not None else [0] * n
-    ys = list(ys) if ys is not None else [0] * n
-    orient = ["N"] * n
+    xs, ys = [0] * n, [0] * n
     for res in results:
-        for i, x, y, o in zip(res["cells"], res["x"], res["y"], res["orient"]):
-            xs[i], ys[i], orient[i] = x, y, o
+        for i, x, y in zip(res["cells"], res["x"], res["y"]):
+            xs[i], ys[i] = x, y
     for i, (x, y) in plan.fp.macro_xy.items():
         xs[i], ys[i] = x, y
-    return xs, ys, orient
+    return xs, ys
 
 
 def log_name(region: str) -> str:
@@ -228,21 +191,49 @@ def log_name(region: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "._-" else "." if ch == "/" else "_" for ch in region).strip("_") + ".log"
 
 
-def place_regions(d: Design, plan: RegionPlan, effort: int, processes: int, step: str, log_dir: Path,
-                  xs: list[int] | None = None, ys: list[int] | None = None):
-    """``step`` (GLOBAL or LEGAL) of every region, merged: (xs, ys, orientations, stats). coloquinte's
+def place_regions(d: Design, plan: RegionPlan, effort: int, processes: int, log_dir: Path,
+                  nets: list[list[tuple]]) -> tuple[list[int], list[int], dict]:
+    """Global placement of every region with the pin lists ``nets``, merged: (xs, ys, stats). coloquinte's
     reports go to ``log_dir/<region>.log``."""
-    jobs = region_jobs(d, plan, effort, xs, ys)
+    jobs = region_jobs(d, plan, effort, nets)
     log_dir.mkdir(parents=True, exist_ok=True)
     for job in jobs:
         job["log"] = str(log_dir / log_name(job["name"]))
-    progress(f"{step} of {len(jobs)} regions, {min(processes, len(jobs))} at a time (coloquinte's reports: "
-             f"{log_dir}/<region>.log) ...")
+    progress(f"global placement of {len(jobs)} regions, {min(processes, len(jobs))} at a time (coloquinte's "
+             f"reports: {log_dir}/<region>.log) ...")
     results, wall = run_jobs(d, jobs, processes)
-    xs, ys, orient = merge(d, plan, results, xs, ys)
-    return xs, ys, orient, {"wall_s": wall, "region_s": {r["name"]: round(r["seconds"], 2) for r in results},
-                            "density": {r["name"]: r["density"] for r in results},
-                            "coloquinte_hpwl_dbu": sum(r["hpwl_dbu"] for r in results)}
+    xs, ys = merge(d, plan, results)
+    return xs, ys, {"wall_s": wall, "region_s": {r["name"]: round(r["seconds"], 2) for r in results}}
+
+
+def legalize_regions(d: Design, plan: RegionPlan, xs: list[int], ys: list[int]) -> tuple[list[int], list[int],
+                                                                                         list[str], dict]:
+    """Each region's standard cells legalised into its own rows (flow/row_legalize.py) from ``xs``, ``ys``
+    (moved into the region first); macros as placed: (xs, ys, orientations, stats)."""
+    t0 = time.monotonic()
+    xs, ys = list(xs), list(ys)
+    orient = ["N"] * len(d.comp_name)
+    members: list[list[int]] = [[] for _ in plan.regions]
+    for i in range(d.n_std):
+        members[plan.region_of[i]].append(i)
+    spilled, moved = 0, 0.0
+    for r, cells in zip(plan.regions, members):
+        if not cells:
+            continue
+        for i in cells:
+            xs[i], ys[i] = _inside(r.rect, xs[i], ys[i], d.comp_w[i], d.comp_h[i])
+        try:
+            legal, st = legalize_rows(stretches_of(r.rows), cells, xs, ys, d.comp_w, r.rows[0].step_x)
+        except PlaceError as e:
+            raise PlaceError(f"legalisation of region {r.name}: {e}") from None
+        for i, (x, y, o) in legal.items():
+            xs[i], ys[i], orient[i] = x, y, o
+        spilled += st["cells_spilled"]
+        moved += st["mean_move_dbu"] * len(cells)
+    progress(f"legalised {d.n_std:,} cells into their regions' rows ({time.monotonic() - t0:.0f} s, "
+             f"{spilled:,} to another row for room)")
+    return xs, ys, orient, {"cells_spilled": spilled, "mean_move_dbu": moved / max(1, d.n_std),
+                            "legalize_s": time.monotonic() - t0}
 
 
 def reassign(plan: RegionPlan, old: Design, new: Design, xs: list[int], ys: list[int]) -> None:

@@ -12,6 +12,7 @@ import bisect
 
 from flow.place_flat import Floorplan
 from flow.place_netlist import Design, PlaceError
+from flow.row_legalize import pack
 
 
 def _stretches(fp: Floorplan) -> dict[int, list[tuple[int, int]]]:
@@ -63,17 +64,7 @@ def relegalize(d: Design, fp: Floorplan, xs: list[int], ys: list[int], orient: l
         if room[(y, k)] < 0:
             raise PlaceError(f"row y={y} stretch {a}..{b} dbu holds {b - a - room[(y, k)]} dbu of cells")
         cells.sort(key=lambda i: xs[i])
-        pos = []
-        edge = a
-        for i in cells:                                             # left to right: no overlap
-            x = max(a + (xs[i] - a) // sw * sw, edge)
-            pos.append(x)
-            edge = x + d.comp_w[i]
-        edge = b
-        for j in range(len(cells) - 1, -1, -1):                     # right to left: inside the stretch
-            i = cells[j]
-            pos[j] = min(pos[j], edge - d.comp_w[i])
-            edge = pos[j]
+        pos = pack(cells, xs, d.comp_w, a, b, sw)
         for i, x in zip(cells, pos):
             shift = abs(x - xs[i]) + abs(y - ys[i])
             moved += shift > 0
