@@ -155,8 +155,9 @@ def _remap_macros(fp: Floorplan, old: Design, new: Design) -> None:
 
 def _place_cells(module: dict, d: Design, fp: Floorplan, plan: RegionPlan | None, effort: int, processes: int,
                  repair_args: tuple | None, timing: dict, log_dir: Path):
-    """Global placement, net repair, legalisation and detailed placement, snapping: (design, xs, ys,
-    orientations, stats, repair result)."""
+    """Global placement, net repair, legalisation into the rows and the site-grid check (``snap_to_sites``
+    moves no cell after flow/row_legalize.py; place.json counts them): (design, xs, ys, orientations, stats,
+    repair result)."""
     t = time.monotonic()
     nets, ignored = placement_nets(d, through_buffers=repair_args is not None)
     if plan is None:

@@ -26,7 +26,7 @@ import numpy as np
 from flow.lefdef import DefRow, Lef
 from flow.macro_map import MACRO_KEEPOUT_UM
 from flow.place_netlist import Design, PlaceError, progress
-from flow.row_legalize import Stretch, legalize_rows
+from flow.row_legalize import Stretch, apply_legal, legalize_rows
 from pdk_config.nangate45 import SITE
 
 PLACER_DENSITY = 0.9          # cells widened to fill this share of the rows while placing (even spread)
@@ -212,8 +212,7 @@ def legalize(d: Design, fp: Floorplan, xs: list[int], ys: list[int]) -> tuple[li
     xs, ys = list(xs), list(ys)
     orient = ["N"] * len(d.comp_name)
     legal, stats = legalize_rows(stretches_of(fp.rows), list(range(d.n_std)), xs, ys, d.comp_w, fp.rows[0].step_x)
-    for i, (x, y, o) in legal.items():
-        xs[i], ys[i], orient[i] = x, y, o
+    apply_legal(legal, xs, ys, orient)
     return xs, ys, orient, {**stats, "legalize_s": time.monotonic() - t0}
 
 

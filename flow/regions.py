@@ -10,8 +10,8 @@ to this region will gather), and one per I/O pin at its place on the die edge.
 
 The global positions of all regions are merged; after flow/repair.py's new buffer trees each region's cells
 are legalised into its own rows (``legalize_regions``, flow/row_legalize.py), and the flat flow's outputs
-(DEF, SPEF, STA, GDS) take the placement as it is. Each process prints a line when it starts a region and the caller one when it
-is done, with the region's name and the time it took.
+(DEF, SPEF, STA, GDS) take the placement as it is. Each process prints a line when it starts a region and the
+caller one when it is done, with the region's name and the time it took.
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from flow.cli import die_with_parent
 from flow.floorplan import Rect, RegionPlan
 from flow.place_flat import PLACER_DENSITY, stretches_of
 from flow.place_netlist import Design, PlaceError, progress
-from flow.row_legalize import legalize_rows
+from flow.row_legalize import apply_legal, legalize_rows
 
 
 def nearest_point(src: Rect, dst: Rect) -> tuple[int, int]:
@@ -226,8 +226,7 @@ def legalize_regions(d: Design, plan: RegionPlan, xs: list[int], ys: list[int]) 
             legal, st = legalize_rows(stretches_of(r.rows), cells, xs, ys, d.comp_w, r.rows[0].step_x)
         except PlaceError as e:
             raise PlaceError(f"legalisation of region {r.name}: {e}") from None
-        for i, (x, y, o) in legal.items():
-            xs[i], ys[i], orient[i] = x, y, o
+        apply_legal(legal, xs, ys, orient)
         spilled += st["cells_spilled"]
         moved += st["mean_move_dbu"] * len(cells)
     progress(f"legalised {d.n_std:,} cells into their regions' rows ({time.monotonic() - t0:.0f} s, "

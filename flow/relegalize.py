@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import bisect
 
-from flow.place_flat import Floorplan
+from flow.place_flat import Floorplan, stretches_of
 from flow.place_netlist import Design, PlaceError
 from flow.row_legalize import pack
 
 
 def _stretches(fp: Floorplan) -> dict[int, list[tuple[int, int]]]:
+    """Each row's stretches (x0, x1), left to right."""
     rows: dict[int, list[tuple[int, int]]] = {}
-    for r in fp.rows:
-        rows.setdefault(r.y, []).append((r.x, r.x + r.num_x * r.step_x))
+    for s in stretches_of(fp.rows):
+        rows.setdefault(s.y, []).append((s.x0, s.x1))
     return {y: sorted(v) for y, v in rows.items()}
 
 

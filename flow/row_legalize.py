@@ -49,6 +49,12 @@ def pack(cells: list[int], xs: list[int], widths: list[int], a: int, b: int, ste
     return pos
 
 
+def apply_legal(legal: dict[int, tuple[int, int, str]], xs: list[int], ys: list[int], orient: list[str]) -> None:
+    """Writes ``legalize_rows``' positions and orientations into ``xs``, ``ys``, ``orient`` (by cell index)."""
+    for i, (x, y, o) in legal.items():
+        xs[i], ys[i], orient[i] = x, y, o
+
+
 def legalize_rows(stretches: list[Stretch], cells: list[int], xs: list[int], ys: list[int], widths: list[int],
                   step: int) -> tuple[dict[int, tuple[int, int, str]], dict]:
     """Legal (x, y, orientation) of each of ``cells`` (lower-left corners ``xs``/``ys`` in dbu, by cell index)

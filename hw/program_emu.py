@@ -16,10 +16,9 @@ def emulate(prog: Program, weights, tokens, trace: list | None = None) -> np.nda
 
     ``trace`` (a list) receives, per position, {op index: the vector the op wrote to its VRF slot}."""
     from nano_k3 import fixed as F
-    from nano_k3.fxp_math import l2norm, rmsnorm
+    from nano_k3.fxp_math import rmsnorm
     from nano_k3.fxp_ops import ACC_FRAC, X, embed_row, mac_input, matvec
     from nano_k3.int4 import dequant_matvec
-    from nano_k3.config import L2_EPS
 
     cfg = prog.cfg
     fm = F.FixedModel(weights)

@@ -208,7 +208,7 @@ def _engines(m: Module, ctx) -> None:
 def _storage(m: Module, ctx) -> None:
     """The VRF, PRF a / b and descriptor msh_srams, the program counter and the micro-program ROM
     (``program_rom``), the loaded op ``ctx.op``."""
-    b, cfg, prog, mp, nrec, SW, L = ctx.b, ctx.cfg, ctx.prog, ctx.mp, ctx.nrec, ctx.SW, ctx.L
+    cfg, prog, mp, nrec, SW, L = ctx.cfg, ctx.prog, ctx.mp, ctx.nrec, ctx.SW, ctx.L
     n_slots = max(2, prog.n_slots)
     vrf = Sram(m, "vrf_sram", n_slots * SW, L * X.bits)
     prf_w = 128 * mp.store.banks

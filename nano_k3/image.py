@@ -19,7 +19,7 @@ import numpy as np
 
 from .config import ModelConfig
 from .int4 import pack_nibbles, unpack_nibbles
-from .tensors import MatSpec, ParamSpec, tensor_specs
+from .tensors import MatSpec, tensor_specs
 from .weights import IntMat, Weights, mat_shapes
 
 MAGIC = 0x4B444143          # "KDAC" (SPEC §4.1 word 0)

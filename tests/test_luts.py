@@ -1,7 +1,6 @@
 """LUT generator: table shapes, monotonicity, accuracy bounds, ROM banks and hex files."""
 import dataclasses
 import json
-import math
 
 import numpy as np
 import pytest

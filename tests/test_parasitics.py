@@ -1,5 +1,4 @@
 """flow/parasitics.py: wires over block macros run above the macros' obstructions (metal5/metal6)."""
-from pathlib import Path
 
 import pytest
 

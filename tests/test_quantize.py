@@ -7,7 +7,6 @@ import torch
 
 from nano_k3.config import TINY
 from nano_k3.golden import GoldenModel, load_tensors
-from nano_k3.int4 import SCALE_FRAC
 from nano_k3.quantize import dequantise, param_limits, quantise_columns, quantise_param, to_weights
 from nano_k3.tensors import ParamSpec
 from nano_k3.weights import generate

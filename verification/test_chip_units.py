@@ -79,8 +79,6 @@ if cocotb is not None:
         image = build_image(weights, tokens)
         tb = ChipTB(dut, run, image)
         core = dut.core
-        from verification.chip_tb import RunSpec as _  # noqa: F401
-        from hw.sequencer import chip_build  # noqa: F401
         SW = -(-max(cfg.d_model, cfg.mla_dc, cfg.kda_width, cfg.mla_heads * (cfg.mla_dk + cfg.mla_dr),
                     cfg.mla_heads * cfg.mla_dv) // 16)
         mism: list = []

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import random
-from pathlib import Path
 
 import cocotb
 import numpy as np

@@ -19,7 +19,6 @@ import os
 import random
 import re
 from collections import deque
-from pathlib import Path
 
 import cocotb
 import numpy as np

@@ -18,7 +18,7 @@ import numpy as np
 from cocotb.triggers import RisingEdge
 
 from nano_k3 import fixed, fxp_math
-from nano_k3.fxp_ops import UNIT, P, X
+from nano_k3.fxp_ops import P, X
 from verification.tb import StreamTB, start_clock_and_reset
 from verification.test_lut_unit import pack, unpack
 
