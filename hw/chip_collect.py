@@ -5,6 +5,9 @@ the logits writer. These functions add their logic to the chip core's module.
 """
 from __future__ import annotations
 
+import functools
+import operator
+
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed
 
 from hw.lib.pipe import clamp
@@ -54,9 +57,11 @@ def collectors(m: Module, ctx) -> None:
                  e_data.eq(Cat(*[Mux(e_lanes[j], e_word.word_select(j, X.bits), e_acc.word_select(j, X.bits))
                                  for j in range(L)])),
                  e_write.eq(e_valid & ((col_cnt[:LL] + e_step)[LL] | (col_cnt + e_step == col_target)))]
+    col_last = Signal()                       # the op's last result is written (collected) this cycle
     with m.If(e_valid):
         m.d.sync += [col_cnt.eq(col_cnt + e_step), e_acc.eq(e_data), e_have.eq(Mux(e_write, 0, e_all))]
         with m.If(col_cnt + e_step == col_target):
+            m.d.comb += col_last.eq(1)
             m.d.sync += col_done.eq(1)
     with m.If(e_write):
         m.d.comb += [vrf.w_en.eq(1), vrf.w_addr.eq(dst_base + (col_cnt >> LL)), vrf.w_data.eq(e_data),
@@ -130,6 +135,7 @@ def collectors(m: Module, ctx) -> None:
                          vrf.w_data.eq(mla_o.payload.data.as_value()), vrf.w_strb.eq(-1)]
             m.d.sync += col_cnt.eq(col_cnt + 1)
             with m.If(mla_o.payload.last):
+                m.d.comb += col_last.eq(1)
                 m.d.sync += col_done.eq(1)
     m.d.comb += vrf_taken.eq(e_write | (is_op(Opc.MLA) & op.last & mla_o.valid) | emb_we)
     with m.If(emb_we):
@@ -143,10 +149,35 @@ def collectors(m: Module, ctx) -> None:
             m.d.sync += [choice[rcnt].eq(router.o.payload.expert), weights[rcnt].eq(router.o.payload.weight),
                          rcnt.eq(rcnt + 1)]
             with m.If(router.o.payload.last):
+                m.d.comb += col_last.eq(1)
                 m.d.sync += col_done.eq(1)
-    vars(ctx).update(col_cnt=col_cnt, col_target=col_target, col_done=col_done, emb_we=emb_we, emb_word=emb_word,
+    vars(ctx).update(col_cnt=col_cnt, col_target=col_target, col_done=col_done, col_last=col_last, emb_we=emb_we,
+                     emb_word=emb_word,
                      head=head, mo=mo, mvq_n=mvq_n, mvq_push=mvq_push, src_queued=src_queued,
                      dst_queued=dst_queued, res_pending=res_pending)
+
+
+def slot_or(m: Module, ctx) -> None:
+    """Per VRF slot, the OR of |v| over the elements written since its word 0 was, so an MV finds its
+    vector's block exponent without a pass over it: the MAC input's ``orv`` is the op's source slot's
+    (``hw.mac_input``). Every vector is written
+    from its word 0, each word once (the element and MLA collectors, the matvec results, EMB), with byte
+    strobes on its own elements only, so the OR covers exactly the vector an MV of the same length reads."""
+    vrf, SW, L, prog = ctx.vrf, ctx.SW, ctx.L, ctx.prog
+    lg = log2(SW)
+    n_slots = max(2, prog.n_slots)
+    ors = [Signal(X.bits, name=f"slot_or{k}") for k in range(n_slots)]
+    word_or = Signal(X.bits)
+    terms = []
+    for j in range(L):
+        v = vrf.w_data.word_select(j, X.bits).as_signed()
+        terms.append(Mux(vrf.w_strb[j * X.bits // 8], Mux(v < 0, -v, v), 0)[:X.bits])
+    m.d.comb += word_or.eq(functools.reduce(operator.or_, terms))
+    first = vrf.w_addr[:lg] == 0 if lg else Const(1)
+    for k, reg in enumerate(ors):
+        with m.If(vrf.w_en & (vrf.w_addr >> lg == k)):
+            m.d.sync += reg.eq(Mux(first, word_or, reg | word_or))
+    m.d.comb += ctx.minp.orv.eq(Array(ors)[ctx.op.s0])
 
 
 def prf_writer(m: Module, ctx) -> None:

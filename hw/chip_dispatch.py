@@ -174,9 +174,9 @@ def dispatch_states(m: Module, ctx) -> None:
                 with m.Case(Opc.MV):
                     with m.If(op.keep):
                         m.next = "MV_CMD"
-                    with m.Else():
-                        m.d.comb += start_wf.eq(1)
-                        m.next = "MV_SCAN"
+                    with m.Else():            # the block exponent of the slot, then its words
+                        m.d.comb += [ctx.minp.load.eq(1), start_wf.eq(1)]
+                        m.next = "MV_CONV"
                 with m.Case(Opc.PLD):
                     m.next = "PLD_REQ"
                 with m.Case(Opc.RMS, Opc.MIX, Opc.EW, Opc.ROUTE, Opc.COMB, Opc.KDA):
@@ -190,12 +190,13 @@ def dispatch_states(m: Module, ctx) -> None:
 
 
 def op_states(m: Module, ctx) -> None:
-    """Each op's states after DISPATCH: PLD, EMB, MV (scan, convert, command; the LM head's output),
+    """Each op's states after DISPATCH: PLD, EMB, MV (convert, command; the LM head's output),
     element ops, MLA, and END (the argmax word; the next position or the status word)."""
     in_pos, mac, dq, op, pld_busy, pld_prf = ctx.in_pos, ctx.mac, ctx.dq, ctx.op, ctx.pld_busy, ctx.pld_prf
     pld_cnt, emb_we, fetch, col_cnt, emb_word = ctx.pld_cnt, ctx.emb_we, ctx.fetch, ctx.col_cnt, ctx.emb_word
-    cfg, L, minp, wf, start_wf, cq, mvq_n = ctx.cfg, ctx.L, ctx.minp, ctx.wf, ctx.start_wf, ctx.cq, ctx.mvq_n
-    head, lw, mvq_push, mo, ef, col_done = ctx.head, ctx.lw, ctx.mvq_push, ctx.mo, ctx.ef, ctx.col_done
+    cfg, L, minp, wf, cq, mvq_n = ctx.cfg, ctx.L, ctx.minp, ctx.wf, ctx.cq, ctx.mvq_n
+    head, lw, mvq_push, mo, ef = ctx.head, ctx.lw, ctx.mvq_push, ctx.mo, ctx.ef
+    col_done, col_last = ctx.col_done, ctx.col_last
     col_target, is_op, h, pos, seq_wr, wr = ctx.col_target, ctx.is_op, ctx.h, ctx.pos, ctx.seq_wr, ctx.wr
     end_taken, row_addr, pc, seq_len = ctx.end_taken, ctx.row_addr, ctx.pc, ctx.seq_len
     status_word = ctx.status_word
@@ -215,19 +216,12 @@ def op_states(m: Module, ctx) -> None:
             advance(m, ctx)
 
     # ---- MV ----------------------------------------------------------------------------
-    with m.State("MV_SCAN"):
-        m.d.comb += [in_pos.eq(1), minp.convert.eq(0)]
-        with m.If(~wf.busy):
-            m.next = "MV_SCAN2"
-    with m.State("MV_SCAN2"):          # the scan's shift register settles
-        m.d.comb += [in_pos.eq(1), start_wf.eq(1), minp.convert.eq(1)]
-        m.next = "MV_CONV"
     with m.State("MV_CONV"):
-        m.d.comb += [in_pos.eq(1), minp.convert.eq(1)]
+        m.d.comb += in_pos.eq(1)
         with m.If(~wf.busy & ~minp.o.valid):
             m.next = "MV_CMD"
     with m.State("MV_CMD"):
-        m.d.comb += [in_pos.eq(1), cq.w_en.eq(cq.w_rdy & (mvq_n != MV_QUEUE)), minp.convert.eq(1)]
+        m.d.comb += [in_pos.eq(1), cq.w_en.eq(cq.w_rdy & (mvq_n != MV_QUEUE))]
         with m.If(cq.w_en):
             with m.If(head):
                 m.d.comb += lw.start.eq(1)
@@ -240,14 +234,14 @@ def op_states(m: Module, ctx) -> None:
         with m.If(mo.valid & lw.i.ready & mo.payload.last):
             advance(m, ctx)
 
-    # ---- element ops ---------------------------------------------------------------------------
+    # ---- element ops: an op that collects results ends in the cycle of its last one ----------------
     with m.State("ELEM"):
         m.d.comb += in_pos.eq(1)
-        with m.If(~ef.busy & (col_done | (col_target == 0) & ~is_op(Opc.ROUTE))):
+        with m.If(~ef.busy & (col_done | col_last | (col_target == 0) & ~is_op(Opc.ROUTE))):
             advance(m, ctx)
     with m.State("MLA"):
         m.d.comb += in_pos.eq(1)
-        with m.If(~wf.busy & (col_done | ~op.last)):
+        with m.If(~wf.busy & (col_done | col_last | ~op.last)):
             advance(m, ctx)
 
     # ---- end of a position -----------------------------------------------------------------

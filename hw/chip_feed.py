@@ -1,6 +1,6 @@
 """Op feeds: the element feeder (VRF sources side by side with PRF a / b parameters) into the norm
 unit, residual mixer, element-wise unit, router, MoE combine or KDA engine, and the word feeder into
-the MAC array's input (scan / convert) or the MLA engine; the op's opcode picks the consumer. Adds its
+the MAC array's input or the MLA engine; the op's opcode picks the consumer. Adds its
 logic to the chip core's module.
 """
 from __future__ import annotations
@@ -84,7 +84,7 @@ def feeders(m: Module, ctx) -> None:
         with m.Case(Opc.KDA):
             m.d.comb += [kda.i.valid.eq(fo.valid), fo.ready.eq(kda.i.ready)]
 
-    # word feed routing: MAC input (scan/convert) or the MLA engine
+    # word feed routing: MAC input or the MLA engine
     wo = wf.o
     m.d.comb += [minp.i.payload.eq(wo.payload), minp.n.eq(op.n),
                  mla.i.payload.data.eq(wo.payload.data), mla.i.payload.pos.eq(pos)]

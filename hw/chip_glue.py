@@ -8,8 +8,9 @@
 * ``WordFeeder``: whole VRF words (``LANES`` elements) of one slot, ``nw`` words from ``w0`` (MLA
   engine input, and both passes of ``hw.mac_input.MacInput``).
 * ``Combine``: ``nano_k3.fixed.moe_combine`` and the residual add after it, ``lanes`` elements per transfer.
-Both feeders read 1 cycle after issuing and keep a 2-entry output queue with credit accounting (a
-read is issued only if its data has a free entry), so they never lose data under back-pressure. A VRF
+Both feeders issue their first read in the cycle they are started, read 1 cycle after issuing and keep a
+2-entry output queue with credit accounting (a read is issued only if its data has a free entry), so they
+never lose data under back-pressure. A VRF
 read waits while ``vrf_wr`` is high (the VRF is written in that cycle): place and route implement the
 VRF on single-ported fakeram45 macros, which drop a read beside a write (docs/pnr.md).
 """
@@ -27,10 +28,11 @@ from nano_k3.fxp_ops import RW, X
 from nano_k3.tensors import PARAM_BITS
 
 
-# Both feeders, no back-pressure: ``start`` in cycle c sets ``active`` (c + 1: the first read issues), the read
-# lands a cycle later and enters the output queue the cycle after: a feed of t transfers has ``busy`` high
-# through c + t + FEED_LATENCY − 1 when its consumer takes a transfer every cycle and no VRF write holds a read.
-FEED_LATENCY = 3
+# Both feeders, no back-pressure: ``start`` in cycle c issues the first read in c (the counters of an idle
+# feeder read as its first issue's), the read lands a cycle later and enters the output queue the cycle after:
+# a feed of t transfers has ``busy`` high through c + t + FEED_LATENCY − 1 when its consumer takes a transfer
+# every cycle and no VRF write holds a read. A read's transfer is on the output FEED_LATENCY cycles after it issues.
+FEED_LATENCY = 2
 
 
 def feed_layout(max_n: int, entries: int = MAX_SRCS, pa_params: int = 4, pb_params: int = 2) -> StructLayout:
@@ -134,9 +136,13 @@ class ElemFeeder(wiring.Component):
 
         # the sources' words are read at the first element of each word (s = 0 .. ns − 1), the other
         # elements come from the word registers
+        go = Signal()                         # an issue may happen: a feed runs or starts now
+        m.d.comb += go.eq(active | self.start & (self.n != 0) & (self.ns != 0))
+        i_now, s_now = Signal.like(i), Signal.like(s)       # the counters, as the first issue's when idle
+        m.d.comb += [i_now.eq(Mux(active, i, 0)), s_now.eq(Mux(active, s, 0))]
         reads = Signal()                      # a word start: this issue reads source s's word
         pushes = Signal()
-        m.d.comb += [reads.eq(i[:LL] == 0), pushes.eq(~reads | (s == self.ns - 1))]
+        m.d.comb += [reads.eq(i_now[:LL] == 0), pushes.eq(~reads | (s_now == self.ns - 1))]
         K = self.lanes
         vals: dict = {}
 
@@ -168,44 +174,42 @@ class ElemFeeder(wiring.Component):
                         m.d.sync += words[k].eq(self.vrf_rdata)
 
         issue = Signal()
-        m.d.comb += issue.eq(active & (~pushes | q.room) & ~(reads & self.vrf_wr))
+        m.d.comb += issue.eq(go & (~pushes | q.room) & ~(reads & self.vrf_wr))
         last_i = Signal()
         last_s = Signal()
         step = Signal(range(K + 1))
-        m.d.comb += [step.eq(1 << self.lanes_log2), last_i.eq(i == self.n - step), last_s.eq(s == self.ns - 1)]
+        m.d.comb += [step.eq(1 << self.lanes_log2), last_i.eq(i_now == self.n - step), last_s.eq(s_now == self.ns - 1)]
         slot = Signal.like(self.srcs[0])
-        m.d.comb += slot.eq(self.srcs[s[:2]])
+        m.d.comb += slot.eq(self.srcs[s_now[:2]])
         pa_byte = Signal(range(self.max_n * 2 * max(4, self.conv_k) + 1))
         pb_byte = Signal(range(self.max_n * 2 + 1))
         lgdh = log2(self.dh)
         with m.Switch(self.pa_mode):
             with m.Case(PaMode.HEADMOD):
-                m.d.comb += pa_byte.eq((i & (self.dh - 1)) << 1)
+                m.d.comb += pa_byte.eq((i_now & (self.dh - 1)) << 1)
             with m.Case(PaMode.TAPS):
-                m.d.comb += pa_byte.eq(i * (2 * self.conv_k))
+                m.d.comb += pa_byte.eq(i_now * (2 * self.conv_k))
             with m.Default():
-                m.d.comb += pa_byte.eq(i << 1)
-        m.d.comb += pb_byte.eq(Mux(self.pb_mode == PbMode.HEAD, (i >> lgdh) << 1, i << 1))
+                m.d.comb += pa_byte.eq(i_now << 1)
+        m.d.comb += pb_byte.eq(Mux(self.pb_mode == PbMode.HEAD, (i_now >> lgdh) << 1, i_now << 1))
         m.d.comb += [
-            self.vrf_re.eq(issue & reads), self.vrf_raddr.eq(slot * self.slot_words + (i >> LL)),
+            self.vrf_re.eq(issue & reads), self.vrf_raddr.eq(slot * self.slot_words + (i_now >> LL)),
             self.pa_re.eq(issue), self.pa_raddr.eq(pa_byte >> log2(PB)),
             self.pb_re.eq(issue), self.pb_raddr.eq(pb_byte >> log2(PB)),
         ]
         final = Signal()
         m.d.comb += final.eq(last_i & (last_s | ~reads))
-        m.d.sync += [t_valid.eq(issue)]
+        m.d.sync += [t_valid.eq(issue), active.eq(go & ~(issue & final))]
         with m.If(issue):
-            m.d.sync += [t_push.eq(pushes), t_read.eq(reads), t_lane.eq(i[:LL]), t_s.eq(s[:2]), t_i.eq(i),
+            m.d.sync += [t_push.eq(pushes), t_read.eq(reads), t_lane.eq(i_now[:LL]), t_s.eq(s_now[:2]), t_i.eq(i_now),
                          t_pa.eq(pa_byte[:log2(PB)]), t_pb.eq(pb_byte[:log2(PB)]),
                          t_final.eq(final)]
             with m.If(last_s | ~reads):
-                m.d.sync += [s.eq(0), i.eq(i + step)]
+                m.d.sync += [s.eq(0), i.eq(i_now + step)]
             with m.Else():
-                m.d.sync += s.eq(s + 1)
-            with m.If(final):
-                m.d.sync += active.eq(0)
-        with m.If(self.start):
-            m.d.sync += [active.eq((self.n != 0) & (self.ns != 0)), i.eq(0), s.eq(0)]
+                m.d.sync += [s.eq(s_now + 1), i.eq(i_now)]
+        with m.Elif(~active):                 # idle, or started and held: the first issue's counters
+            m.d.sync += [i.eq(0), s.eq(0)]
         m.d.comb += self.busy.eq(active | t_valid | (q.occ != 0))
         return m
 
@@ -240,17 +244,17 @@ class WordFeeder(wiring.Component):
         pdata = Signal(lay)
         m.d.comb += [pdata.data.as_value().eq(self.vrf_rdata), pdata.last.eq(t_last)]
         q = _Queue2(m, self.o, lay, t_valid, pdata, t_valid)
-        issue = Signal()
+        issue, go = Signal(), Signal()
         last = Signal()
-        m.d.comb += [issue.eq(active & q.room & ~self.vrf_wr), last.eq(w == self.w0 + self.nw - 1),
-                     self.vrf_re.eq(issue), self.vrf_raddr.eq(self.slot * self.slot_words + w)]
-        m.d.sync += t_valid.eq(issue)
+        w_now = Signal.like(w)                # the word counter, as the first issue's when idle
+        m.d.comb += [go.eq(active | self.start & (self.nw != 0)), w_now.eq(Mux(active, w, self.w0)),
+                     issue.eq(go & q.room & ~self.vrf_wr), last.eq(w_now == self.w0 + self.nw - 1),
+                     self.vrf_re.eq(issue), self.vrf_raddr.eq(self.slot * self.slot_words + w_now)]
+        m.d.sync += [t_valid.eq(issue), active.eq(go & ~(issue & last))]
         with m.If(issue):
-            m.d.sync += [t_last.eq(last), w.eq(w + 1)]
-            with m.If(last):
-                m.d.sync += active.eq(0)
-        with m.If(self.start):
-            m.d.sync += [active.eq(self.nw != 0), w.eq(self.w0)]
+            m.d.sync += [t_last.eq(last), w.eq(w_now + 1)]
+        with m.Elif(~active):                 # idle, or started and held: the first issue's word
+            m.d.sync += w.eq(self.w0)
         m.d.comb += self.busy.eq(active | t_valid | (q.occ != 0))
         return m
 

@@ -1,14 +1,13 @@
 """MAC-array input: block floating point of an X vector, bit-exact to ``nano_k3.fxp_ops.mac_input``.
 
-The vector is streamed twice as VRF words (``i``: ``lanes`` X elements per transfer, ``last`` on the
-final word; lanes at element index >= ``n`` are ignored):
-
-* ``convert = 0`` (scan): the OR of |v| over the vector (its bit length equals that of max|v|) gives
-  shift = max(bit_length(max|v|) − (A.bits − 1), X.frac − MAC_FRAC_MAX) (the floor also for a zero
-  vector), registered at ``last``;
-* ``convert = 1``: every element becomes A.fit(round_shift(v, shift)) (round half up, saturate) and
-  leaves on ``o`` with ``frac = X.frac − shift`` (the MAC array's ``act`` payload).
-Widths come from ``fxp_ops`` (X, A, MAC_FRAC_MAX) at construction.
+The block exponent comes from ``orv``, the OR of |v| over the vector's elements (its bit length equals that
+of max|v|; the chip keeps it for every VRF slot as the slot is written, ``hw.chip_collect.slot_or``): a
+cycle with ``load`` registers shift = max(bit_length(max|v|) − (A.bits − 1), X.frac − MAC_FRAC_MAX) (the
+floor also for a zero vector). The vector then streams in once as VRF words (``i``: ``lanes`` X elements
+per transfer, ``last`` on the final word; lanes at element index >= ``n`` are ignored): every element
+becomes A.fit(round_shift(v, shift)) (round half up, saturate) and leaves on ``o`` with
+``frac = X.frac − shift`` (the MAC array's ``act`` payload). Widths come from ``fxp_ops`` (X, A,
+MAC_FRAC_MAX) at construction.
 """
 from __future__ import annotations
 
@@ -25,7 +24,7 @@ def word_layout(lanes: int) -> StructLayout:
 
 
 class MacInput(wiring.Component):
-    """Two-pass block-floating-point converter (see the module docstring)."""
+    """Block-floating-point converter of one pass, its exponent from ``orv`` (see the module docstring)."""
 
     LATENCY = 1          # a word taken on ``i`` in cycle c (convert pass) is on ``o`` in c + 1 (``o`` is a register)
 
@@ -43,7 +42,8 @@ class MacInput(wiring.Component):
         super().__init__({
             "i": In(stream.Signature(word_layout(lanes))),
             "o": Out(stream.Signature(act_layout)),
-            "convert": In(1),
+            "orv": In(X.bits),        # OR of |v| over the vector, taken when ``load``
+            "load": In(1),
             "n": In(range(max_n + 1)),
         })
 
@@ -52,39 +52,23 @@ class MacInput(wiring.Component):
         L = self.lanes
         lg = L.bit_length() - 1
         word = Signal(range(self.max_n // L + 2))
-        orv = Signal(X.bits)                       # OR of |v| so far
         shift = Signal(signed(8))
         take = Signal()
         m.d.comb += take.eq(self.i.valid & self.i.ready)
         with m.If(take):
             m.d.sync += word.eq(Mux(self.i.payload.last, 0, word + 1))
 
-        # scan pass
-        absor = Signal(X.bits)
-        terms = []
-        for j in range(L):
-            v = self.i.payload.data[j]
-            ok = ((word << lg) + j) < self.n
-            terms.append(Mux(ok, Mux(v < 0, -v, v), 0)[:X.bits])
-        acc = terms[0]
-        for t in terms[1:]:
-            acc = acc | t
-        m.d.comb += absor.eq(acc)
+        # the block exponent
         bl = Signal(range(X.bits + 1))
-        total = Signal(X.bits)
-        m.d.comb += total.eq(orv | absor)
         for b in range(X.bits):
-            with m.If(total[b]):
+            with m.If(self.orv[b]):
                 m.d.comb += bl.eq(b + 1)
-        with m.If(take & ~self.convert):
-            with m.If(self.i.payload.last):
-                m.d.sync += [orv.eq(0), shift.eq(Mux(bl - (A.bits - 1) > self.floor, bl - (A.bits - 1), self.floor))]
-            with m.Else():
-                m.d.sync += orv.eq(total)
+        with m.If(self.load):
+            m.d.sync += shift.eq(Mux(bl - (A.bits - 1) > self.floor, bl - (A.bits - 1), self.floor))
 
-        # convert pass: registered output, stall-able
+        # the conversion: registered output, stall-able
         adv = Signal()
-        m.d.comb += [adv.eq(~self.o.valid | self.o.ready), self.i.ready.eq(~self.convert | adv)]
+        m.d.comb += [adv.eq(~self.o.valid | self.o.ready), self.i.ready.eq(adv)]
         sr = Signal(range(max(2, self.top + 1)))
         sl = Signal(range(max(2, -self.floor + 1)))
         rnd = Signal(X.bits + 1)
@@ -92,8 +76,8 @@ class MacInput(wiring.Component):
         m.d.comb += [sr.eq(Mux(shift > 0, shift, 0)), sl.eq(Mux(shift < 0, -shift, 0)), sm1.eq(sr - 1),
                      rnd.eq(Mux(shift > 0, Const(1, X.bits + 1) << sm1, 0))]
         with m.If(adv):
-            m.d.sync += self.o.valid.eq(take & self.convert)
-            with m.If(take & self.convert):
+            m.d.sync += self.o.valid.eq(take)
+            with m.If(take):
                 m.d.sync += [self.o.payload.frac.eq(X.frac - shift), self.o.payload.last.eq(self.i.payload.last)]
                 for j in range(L):
                     v = self.i.payload.data[j]

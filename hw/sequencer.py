@@ -19,7 +19,7 @@ Block diagram (everything below ``ChipCore``; hw/chip_top.py only renames ports 
              │
       VRF msh_sram (slots of X vectors, 16 per word) ◄── collectors ◄── engine outputs
              │        ▲
-             ├─► WordFeeder ─► MacInput (scan / convert) ─► MacArray.act   MacArray.o ─► VRF | LogitsWriter
+             ├─► WordFeeder ─► MacInput (slot_or) ─► MacArray.act        MacArray.o ─► VRF | LogitsWriter
              ├─► WordFeeder ─► MlaEngine                                     (FIFO to memory, argmax)
              └─► ElemFeeder (+ PRF a/b msh_sram) ─► NormUnit | ResMixer | Elementwise | KdaEngine |
                                                     MoeRouter (experts, weights → registers) | Combine
@@ -60,7 +60,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.data import StructLayout
 from amaranth.lib.wiring import In, Out
 
-from hw.chip_collect import collectors, head_results, prf_writer
+from hw.chip_collect import collectors, head_results, prf_writer, slot_or
 from hw.chip_dispatch import dispatch_states, op_issue, op_states
 from hw.chip_feed import feeders
 from hw.chip_glue import Combine
@@ -102,9 +102,10 @@ class ChipBuild:
 
     @property
     def slot_words(self) -> int:
+        """VRF words of a slot: a power of two, so a VRF address's slot is its high bits (``slot_or``)."""
         c = self.cfg
-        return -(-max(c.d_model, c.mla_dc, c.kda_width, c.mla_heads * (c.mla_dk + c.mla_dr),
-                      c.mla_heads * c.mla_dv) // LANES)
+        return pow2_ceil(-(-max(c.d_model, c.mla_dc, c.kda_width, c.mla_heads * (c.mla_dk + c.mla_dr),
+                                c.mla_heads * c.mla_dv) // LANES))
 
     @property
     def max_n(self) -> int:
@@ -157,8 +158,8 @@ class ChipCore(wiring.Component):
         b = self.build
         ctx = SimpleNamespace(core=self, b=b, cfg=b.cfg, prog=b.program, chip=b.chip, SW=b.slot_words, L=LANES,
                               max_n=b.max_n, nrec=len(record_names(b.cfg)))
-        for part in (_engines, _storage, header_checks, _run_state, _memory_port, feeders, collectors, prf_writer,
-                     head_results, op_issue):
+        for part in (_engines, _storage, header_checks, _run_state, _memory_port, feeders, collectors, slot_or,
+                     prf_writer, head_results, op_issue):
             part(m, ctx)
         with m.FSM(name="ctrl"):
             for states in (load_states, dispatch_states, op_states, _finish_states):

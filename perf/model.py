@@ -13,8 +13,8 @@ a PLD's copy for the array's store read port, and the array takes no command whi
 
 Engine formulas used (no stalls):
 * MV      results: ``MacArrayParams.issue_cycles`` + ``MacArray.LATENCY`` + (max(``MacArrayParams.scale_steps``,
-          chunks of the last block) − 1) after the command; the op itself: two WordFeeder passes through
-          ``MacInput`` (scan, convert: ``words`` each) unless ``keep``. The LM head waits for its
+          chunks of the last block) − 1) after the command; the op itself: one WordFeeder pass through
+          ``MacInput`` (``words``) unless ``keep``. The LM head waits for its
           results, which go into the logits writer's FIFO (``LogitsWriter.DEPTH`` chunks; a chunk waits only
           when it is full; the FIFO sends no beat after a push: ``head_chunks``). A residual MV (``res``)
           writes a result word every other cycle (it reads p's word first).
@@ -136,8 +136,9 @@ class ChipPerfParams:
 #         not read from (other chips, lane counts, groups, lengths, seeds).
 @dataclass(frozen=True)
 class SeqOverheads:
-    mv: int = 3 + MacInput.LATENCY   # [fsm, hw] an MV that feeds its activations: DISPATCH, MV_SCAN2, MV_CMD, and
-                                 # MV_CONV waits for MacInput's output register after the feed (``mv_feed``); its
+    mv: int = 2 + MacInput.LATENCY   # [fsm, hw] an MV that feeds its activations: DISPATCH (the block exponent from
+                                 # the slot's OR, the feed's first read), MV_CMD, and MV_CONV waits for MacInput's
+                                 # output register after the feed (``mv_feed``); its
                                  # command is taken in its last cycle (its store records were prefetched
                                  # while the op before it ran)
     keep_cmd: int = 1            # [fsm] a keep MV's command is queued after DISPATCH, in MV_CMD, and taken once
@@ -169,11 +170,12 @@ class SeqOverheads:
     load_exit: int = 3           # [fit] the first position's FETCH: 3 cycles after the last tensor beat is due
                                  # (response slot, TENS_WAIT's last cycle, ROM_WAIT)
     lw_first: int = LogitsWriter.FIRST_BEAT    # [hw] a chunk pushed into the logits writer leaves as its first beat
-    elem: int = 1 + ElemFeeder.LATENCY           # [fsm, hw] element ops: DISPATCH, the feeder's pipeline
+    elem: int = ElemFeeder.LATENCY               # [fsm, hw] element ops: the feeder's pipeline from DISPATCH (its first
+                                 # read); an op that collects results ends in the cycle of its last one
     route: int = 1               # [fit] ROUTE beyond elem: the router's last pair to the collector
     kda_seg: int = 1 + ElemFeeder.LATENCY        # [fsm, hw] a KDA feed segment beyond its transfers: DISPATCH, the feed
     mla_seg: int = 1 + WordFeeder.LATENCY        # [fsm, hw] an MLA feed segment beyond its words: DISPATCH, the feed
-    mla_last: int = 4            # [fit] the last MLA segment beyond the engine's attention cycles
+    mla_last: int = 2            # [fit] the last MLA segment beyond the engine's attention cycles
     end: int = 2                 # [fsm] END: DISPATCH, END (the argmax word's write, taken at once)
     load_step: int = 3           # [fit] per load request: REQ state + CHECK/next-state transitions
     finish: int = 4              # [fit] STATUS write, DRAIN, RSP after the last position
@@ -284,8 +286,8 @@ class PerfModel:
         return max(1, fan_out // W) * (fan_in // g) * max((g // 2) // F + 1 + s_reads, self.scale_steps(fan_out))
 
     def mv_feed(self, op: Op) -> int:
-        """Two WordFeeder passes through MacInput (scan, convert); none for a keep MV."""
-        return 0 if op.keep else 2 * (-(-op.fan_in // LANES) + self.seq.mac_input_pass)
+        """One WordFeeder pass through MacInput (its block exponent comes with DISPATCH); none for a keep MV."""
+        return 0 if op.keep else -(-op.fan_in // LANES) + self.seq.mac_input_pass
 
     def _chunks_full(self, op: Op) -> tuple[int, int]:
         """Result transfers of the last column block, and the full-block correction (``SeqOverheads``)."""
@@ -401,7 +403,7 @@ class PerfModel:
         if op.opc == Opc.ROUTE:
             return s.elem + s.route + self.router_cycles()
         if op.opc == Opc.KDA:
-            return s.kda_seg + -(-op.n // self.hw.kda_lanes) + (KdaEngine.z_drain(self.kda) if op.last else 0)
+            return s.kda_seg + -(-op.n // self.hw.kda_lanes) + (KdaEngine.z_drain(self.kda) - 1 if op.last else 0)
         if op.opc == Opc.MLA:
             return (s.mla_last + op.nw + self.mla_attention(t)) if op.last else s.mla_seg + op.nw
         if op.opc == Opc.END:
@@ -453,12 +455,12 @@ class PerfModel:
                 hazards = set(op.srcs) | ({op.dst} if writes else set())
                 wait += [d - now for x, d in owed if x in hazards]     # ... the results it depends on
             cost += max(wait)
-            cost += share_vrf(self, op, now + cost - base + 1,        # the feed's first issue: after DISPATCH
+            cost += share_vrf(self, op, now + cost - base,            # the feed's first issue: in DISPATCH
                               [c for c in cmds if c.latency and c.done > now])
             if op.opc == Opc.KDA:                           # the rows start after K, V, B, F; pass 2 needs Q
-                if op.last:
-                    cost = max(cost, kda_state_end + KdaEngine.drain(self.kda) - now,
-                               kda_q_end + KdaEngine.q_drain(self.kda) - now)
+                if op.last:                                 # (it ends in the cycle of the last output)
+                    cost = max(cost, kda_state_end + KdaEngine.drain(self.kda) - 1 - now,
+                               kda_q_end + KdaEngine.q_drain(self.kda) - 1 - now)
                 elif op.sel == KdaSel.Q:
                     kda_q_end = now + cost
                 else:

@@ -28,7 +28,7 @@ def feed_issues(model: PerfModel, op: Op) -> list[tuple[bool, bool]]:
     """The VRF side of ``op``'s feed, one issue a cycle when nothing holds it: (the issue reads the VRF, its
     transfer completes a word of the op's results). The ElemFeeder reads each source's word at every 16
     elements (``ns`` issues, the last with the word's first transfer) and takes the word's other transfers
-    from its registers; the WordFeeder reads a word an issue (an MV's scan pass, an MLA segment)."""
+    from its registers; the WordFeeder reads a word an issue (an MV's pass, an MLA segment)."""
     hw = model.hw
     if op.opc == Opc.MV:
         return [] if op.keep else [(True, False)] * -(-op.fan_in // LANES)
@@ -47,8 +47,8 @@ def feed_issues(model: PerfModel, op: Op) -> list[tuple[bool, bool]]:
 
 def feed_holds(model: PerfModel, op: Op, first: int, written: set[int]) -> tuple[int, set[int]]:
     """The feed of ``op`` from its first issue in cycle ``first``: a VRF read waits while the VRF is written
-    (``written``: matvec results; an EW's or COMB's own result words, written ``ElemFeeder.LATENCY`` − 1 +
-    the unit's latency after the transfer that completes them). Returns the cycles the reads waited and
+    (``written``: matvec results; an EW's or COMB's own result words, written ``ElemFeeder.LATENCY`` + the
+    unit's latency after the issue of the transfer that completes them). Returns the cycles the reads waited and
     the op's own write cycles."""
     lat = OWN_WRITE_LATENCY.get(op.opc)
     issues = feed_issues(model, op)
@@ -57,7 +57,7 @@ def feed_holds(model: PerfModel, op: Op, first: int, written: set[int]) -> tuple
         while reads and (c in written or c in own):
             c += 1
         if word_end and lat is not None:
-            own.add(c + ElemFeeder.LATENCY - 1 + lat)
+            own.add(c + ElemFeeder.LATENCY + lat)
         c += 1
     return c - first - len(issues), own
 
