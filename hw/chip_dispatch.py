@@ -141,6 +141,16 @@ def advance(m: Module, ctx) -> None:
     load_op(m, ctx)
 
 
+def pld_request(m: Module, ctx, start) -> None:
+    """A PLD's copy requested from the weight store's stream reader (``start``: its first store beat); once
+    taken it runs in the background (the PRF writer) and the op ends."""
+    mac, op = ctx.mac, ctx.op
+    m.d.comb += [mac.r_cmd.valid.eq(1), mac.r_cmd.payload.start.eq(start), mac.r_cmd.payload.count.eq(op.nbeats)]
+    with m.If(mac.r_cmd.ready):
+        m.d.sync += [ctx.pld_busy.eq(1), ctx.pld_prf.eq(op.prf), ctx.pld_cnt.eq(0)]
+        advance(m, ctx)
+
+
 def dispatch_states(m: Module, ctx) -> None:
     """FETCH (a position's first op) and DISPATCH (start the loaded op once nothing holds it)."""
     in_pos, fetching, holding, pld_busy, is_op = ctx.in_pos, ctx.fetching, ctx.holding, ctx.pld_busy, ctx.is_op
@@ -177,8 +187,9 @@ def dispatch_states(m: Module, ctx) -> None:
                     with m.Else():            # the block exponent of the slot, then its words
                         m.d.comb += [ctx.minp.load.eq(1), start_wf.eq(1)]
                         m.next = "MV_CONV"
-                with m.Case(Opc.PLD):
+                with m.Case(Opc.PLD):         # requested at once (its records are in pf_q), else in PLD_REQ
                     m.next = "PLD_REQ"
+                    pld_request(m, ctx, pf_q[0])
                 with m.Case(Opc.RMS, Opc.MIX, Opc.EW, Opc.ROUTE, Opc.COMB, Opc.KDA):
                     m.d.comb += start_ef.eq(1)
                     m.next = "ELEM"
@@ -192,8 +203,8 @@ def dispatch_states(m: Module, ctx) -> None:
 def op_states(m: Module, ctx) -> None:
     """Each op's states after DISPATCH: PLD, EMB, MV (convert, command; the LM head's output),
     element ops, MLA, and END (the argmax word; the next position or the status word)."""
-    in_pos, mac, dq, op, pld_busy, pld_prf = ctx.in_pos, ctx.mac, ctx.dq, ctx.op, ctx.pld_busy, ctx.pld_prf
-    pld_cnt, emb_we, fetch, col_cnt, emb_word = ctx.pld_cnt, ctx.emb_we, ctx.fetch, ctx.col_cnt, ctx.emb_word
+    in_pos, dq, op = ctx.in_pos, ctx.dq, ctx.op
+    emb_we, fetch, col_cnt, emb_word = ctx.emb_we, ctx.fetch, ctx.col_cnt, ctx.emb_word
     cfg, L, minp, wf, cq, mvq_n = ctx.cfg, ctx.L, ctx.minp, ctx.wf, ctx.cq, ctx.mvq_n
     head, lw, mvq_push, mo, ef = ctx.head, ctx.lw, ctx.mvq_push, ctx.mo, ctx.ef
     col_done, col_last = ctx.col_done, ctx.col_last
@@ -201,12 +212,9 @@ def op_states(m: Module, ctx) -> None:
     end_taken, row_addr, pc, seq_len = ctx.end_taken, ctx.row_addr, ctx.pc, ctx.seq_len
     status_word = ctx.status_word
     # ---- PLD ---------------------------------------------------------------------------
-    with m.State("PLD_REQ"):          # the copy itself runs in the background (the PRF writer)
-        m.d.comb += [in_pos.eq(1), mac.r_cmd.valid.eq(1), mac.r_cmd.payload.start.eq(dq[0]),
-                     mac.r_cmd.payload.count.eq(op.nbeats)]
-        with m.If(mac.r_cmd.ready):
-            m.d.sync += [pld_busy.eq(1), pld_prf.eq(op.prf), pld_cnt.eq(0)]
-            advance(m, ctx)
+    with m.State("PLD_REQ"):
+        m.d.comb += in_pos.eq(1)
+        pld_request(m, ctx, dq[0])
 
     # ---- EMB ---------------------------------------------------------------------------
     with m.State("EMB_W"):           # the fetched row, dequantised, one VRF word a cycle
@@ -216,12 +224,9 @@ def op_states(m: Module, ctx) -> None:
             advance(m, ctx)
 
     # ---- MV ----------------------------------------------------------------------------
-    with m.State("MV_CONV"):
-        m.d.comb += in_pos.eq(1)
-        with m.If(~wf.busy & ~minp.o.valid):
-            m.next = "MV_CMD"
-    with m.State("MV_CMD"):
-        m.d.comb += [in_pos.eq(1), cq.w_en.eq(cq.w_rdy & (mvq_n != MV_QUEUE))]
+    def push_command() -> None:
+        """The MV's command into the FIFO if it has room: the LM head's results follow, another MV ends."""
+        m.d.comb += cq.w_en.eq(cq.w_rdy & (mvq_n != MV_QUEUE))
         with m.If(cq.w_en):
             with m.If(head):
                 m.d.comb += lw.start.eq(1)
@@ -229,6 +234,15 @@ def op_states(m: Module, ctx) -> None:
             with m.Else():
                 m.d.comb += mvq_push.eq(1)
                 advance(m, ctx)
+
+    with m.State("MV_CONV"):          # the activations are in the array: the command, now or in MV_CMD
+        m.d.comb += in_pos.eq(1)
+        with m.If(~wf.busy & ~minp.o.valid):
+            m.next = "MV_CMD"
+            push_command()
+    with m.State("MV_CMD"):
+        m.d.comb += in_pos.eq(1)
+        push_command()
     with m.State("MV_OUT"):           # the LM head: its results into the logits writer (argmax, memory)
         m.d.comb += [in_pos.eq(1), lw.i.valid.eq(mo.valid), mo.ready.eq(lw.i.ready)]
         with m.If(mo.valid & lw.i.ready & mo.payload.last):

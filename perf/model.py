@@ -136,9 +136,9 @@ class ChipPerfParams:
 #         not read from (other chips, lane counts, groups, lengths, seeds).
 @dataclass(frozen=True)
 class SeqOverheads:
-    mv: int = 2 + MacInput.LATENCY   # [fsm, hw] an MV that feeds its activations: DISPATCH (the block exponent from
-                                 # the slot's OR, the feed's first read), MV_CMD, and MV_CONV waits for MacInput's
-                                 # output register after the feed (``mv_feed``); its
+    mv: int = 1 + MacInput.LATENCY   # [fsm, hw] an MV that feeds its activations: DISPATCH (the block exponent from
+                                 # the slot's OR, the feed's first read), and MV_CONV waits for MacInput's output
+                                 # register after the feed (``mv_feed``), then queues the command; its
                                  # command is taken in its last cycle (its store records were prefetched
                                  # while the op before it ran)
     keep_cmd: int = 1            # [fsm] a keep MV's command is queued after DISPATCH, in MV_CMD, and taken once
@@ -150,17 +150,19 @@ class SeqOverheads:
     pld_release: int = 3         # [fit] the MAC array takes a command again this many cycles after the last read
     mv_done: int = 1             # [fit] the last result is written; the queue is empty one cycle later
     res_word: int = 1            # [fit] a residual matvec: each result word waits a cycle for p's word
-    act_cmd: int = 1             # [fit] an MV started while the array issues: its convert pass (one transfer a
-                                 # word) waits for the array, its command 1 cycle after the last word
+    act_cmd: int = 0             # [fit] an MV started while the array issues: its convert pass (one transfer a
+                                 # word) waits for the array, its command queued in the cycle of the last word
     cmd_fifo: int = RegFifo.LATENCY      # [hw] a queued command reaches the MAC array (hw/chip_dispatch.py)
     mac_input_pass: int = WordFeeder.LATENCY     # [hw] per WordFeeder → MacInput pass, beyond one cycle a word
     full_block: int = -1         # [fit] fan_out ≥ W: the last block's results leave one cycle earlier than
                                  # issue + LATENCY + chunks − 1 (MacArray docstring: 64→64 measured 46): its
                                  # second scale read ends the issue one cycle after the last q read
-    pld: int = 2                 # [fsm] DISPATCH, PLD_REQ: the copy itself runs in the background
+    pld: int = 1                 # [fsm] DISPATCH requests the copy, which runs in the background
     fetch: int = 1               # [fsm] FETCH: a position's first op is read from the ROM (counted in that op)
     first_records: int = 1       # [fit] ... and if it is an MV or PLD, its store records are read meanwhile: its
                                  # DISPATCH waits one cycle more for them
+    records: int = 1             # [hw] an MV or PLD right after a PLD (one cycle, in which the descriptor banks are
+                                 # read for the next op) waits this long for its store records (``pf_q``)
     emb: int = 1                 # [fsm] EMB beyond its d/16 VRF word writes (EMB_W): DISPATCH, where it waits
                                  # for its row
     # A read's pipeline (hw/mem_engine.py, hw/emb_fetch.py), the fetch's two round trips:
@@ -445,6 +447,8 @@ class PerfModel:
             wait = [0]                                      # DISPATCH waits for ...
             if op.opc in PRF_READERS or op.opc == Opc.PLD:
                 wait.append(pld_done - now)                 # ... the PLD copy in flight
+            if op.opc in (Opc.MV, Opc.PLD) and k > 0 and self.ops[k - 1].opc == Opc.PLD:
+                wait.append(s.records)                      # ... its store records
             if op.opc != Opc.PLD:
                 wait += [d - now for d in res_owed]         # ... a residual matvec's results
             if waits_all:
@@ -477,8 +481,8 @@ class PerfModel:
                     free = after(c, s.mac_next)
             if op.opc == Opc.MV:
                 mac_free = after(cmds[-1] if cmds else None, s.mac_next)
-                if op.keep:
-                    push = now + s.keep_cmd
+                if op.keep:                                 # queued after DISPATCH (and its waits)
+                    push = now + cost - base + s.keep_cmd
                 else:                                       # its activations enter once the array is free
                     push = max(now + cost - 1, mac_free + -(-op.fan_in // LANES) + s.act_cmd)
                 while not op.head and sum(d > push for _, d in owed) >= MV_QUEUE:
