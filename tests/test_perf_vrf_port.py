@@ -21,7 +21,7 @@ def test_feed_issues_read_each_source_word_once():
     # KDA, one source, 64 elements, 2 a transfer: a read every 8 issues, 32 issues
     kda = feed_issues(NANO, Op(Opc.KDA, srcs=(1,), n=64))
     assert len(kda) == 32 and [k for k, (r, _) in enumerate(kda) if r] == [0, 8, 16, 24]
-    # an MV's scan pass reads its fan-in's words; a keep MV and a PLD read nothing
+    # an MV's pass reads its fan-in's words; a keep MV and a PLD read nothing
     assert feed_issues(NANO, Op(Opc.MV, srcs=(1,), fan_in=64, fan_out=64)) == [(True, False)] * 4
     assert feed_issues(NANO, Op(Opc.MV, srcs=(1,), fan_in=64, fan_out=64, keep=1)) == []
     assert feed_issues(NANO, Op(Opc.PLD)) == []
