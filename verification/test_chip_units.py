@@ -67,6 +67,8 @@ if cocotb is not None:
     @cocotb.test()
     async def chip_trace(dut):
         from verification.chip_tb import ChipTB, RunSpec
+        from hw.params import preset as chip_preset
+        from hw.sequencer import chip_build
         from nano_k3.image import build_image
         from nano_k3.weights import generate, generate_tokens
         run = RunSpec.from_dict(json.loads(os.environ[TRACE_ENV]))
@@ -79,8 +81,7 @@ if cocotb is not None:
         image = build_image(weights, tokens)
         tb = ChipTB(dut, run, image)
         core = dut.core
-        SW = -(-max(cfg.d_model, cfg.mla_dc, cfg.kda_width, cfg.mla_heads * (cfg.mla_dk + cfg.mla_dr),
-                    cfg.mla_heads * cfg.mla_dv) // 16)
+        SW = chip_build(chip_preset(run.config)).slot_words
         mism: list = []
         checked = [0]
 
