@@ -140,6 +140,9 @@ def stage_d(m: Module, ctx) -> None:
     # activation window: slot j = pair r0 + j (r0 is a multiple of the window size 2^fold_log > j). A block of
     # 2^kmin lanes takes slot (u << kmin) >> lane_shift; that choice is made here, so stage D's registers are
     # each block's own operands and D itself has no decode or window multiplexer in front of its multipliers.
+    # Lanes from 2^vb_log on hold no valid column and multiply by 0: vb_log >= kmin whenever a Case below
+    # is taken (vb_log = min(fold_log + n, LW), n = lane_shift or n >= LW), so the test is per block and
+    # made here too, not by one register fanning out to every lane's operand multiplexer.
     S, W, LW = p.window, ctx.W, ctx.LW
     window_a, window_b = [], []
     for j in range(S):
@@ -159,26 +162,27 @@ def stage_d(m: Module, ctx) -> None:
                     slot = (u << kmin) >> k
                     with m.Case(k):
                         a, b = (window_a[slot], window_b[slot]) if slot < S else (0, 0)
-                        m.d.sync += [xa_blk[u].eq(a), xb_blk[u].eq(b)]
+                        live = (Const(u << kmin, LW + 1) >> r_vb) == 0
+                        m.d.sync += [xa_blk[u].eq(Mux(live, a, 0)), xb_blk[u].eq(Mux(live, b, 0))]
                 with m.Default():
                     m.d.sync += [xa_blk[u].eq(0), xb_blk[u].eq(0)]
 
     # stage D registers (the read data itself sits in the macros' output registers)
     d_valid = Signal()
     d_kind, d_gfirst, d_glast = Signal(2), Signal(), Signal()
-    d_vb_log, d_wlog = Signal.like(r_vb), Signal.like(r_wlog)
+    d_wlog = Signal.like(r_wlog)
     d_offset = Signal(4)
     gtag = StructLayout({"bfirst": 1, "blast": 1, "last": 1, "wlog": r_wlog.shape(),
                          "sh": r_sh.shape(), "fmt": 1})
     d_tag = Signal(gtag)
     with m.If(adv):
         m.d.sync += [d_valid.eq(active), d_kind.eq(phase), d_gfirst.eq(gfirst), d_glast.eq(g_last),
-                     d_vb_log.eq(r_vb), d_wlog.eq(r_wlog),
+                     d_wlog.eq(r_wlog),
                      d_offset.eq(Mux(phase == Z, szcol[:4], Cat(Const(0, 1), szcol[:3]))),
                      d_tag.bfirst.eq(bfirst), d_tag.blast.eq(b_last), d_tag.last.eq(b_last & (blk == r_blocks_m1)),
                      d_tag.wlog.eq(r_wlog), d_tag.sh.eq(r_sh), d_tag.fmt.eq(r_fmt)]
     m.d.comb += [port.lock.eq(active | d_valid), core.busy.eq(active | d_valid)]
-    vars(ctx).update(kmin=kmin, xa_blk=xa_blk, xb_blk=xb_blk, d_valid=d_valid, d_kind=d_kind, d_gfirst=d_gfirst, d_glast=d_glast, d_vb_log=d_vb_log, d_wlog=d_wlog,
+    vars(ctx).update(kmin=kmin, xa_blk=xa_blk, xb_blk=xb_blk, d_valid=d_valid, d_kind=d_kind, d_gfirst=d_gfirst, d_glast=d_glast, d_wlog=d_wlog,
                      d_offset=d_offset, gtag=gtag, d_tag=d_tag)
 
 
@@ -186,7 +190,7 @@ def products(m: Module, ctx) -> None:
     """Stage D: the zero points and scales captured per lane; S1 (q − z)·x per weight pair."""
     W, port, NB, d_valid, d_kind, d_offset, adv, d_wlog = ctx.W, ctx.port, ctx.NB, ctx.d_valid, ctx.d_kind, ctx.d_offset, ctx.adv, ctx.d_wlog
     LW, kmin, xa_blk, xb_blk = ctx.LW, ctx.kmin, ctx.xa_blk, ctx.xb_blk
-    wd, gtag, d_gfirst, d_glast, d_tag, d_vb_log = ctx.wd, ctx.gtag, ctx.d_gfirst, ctx.d_glast, ctx.d_tag, ctx.d_vb_log
+    wd, gtag, d_gfirst, d_glast, d_tag = ctx.wd, ctx.gtag, ctx.d_gfirst, ctx.d_glast, ctx.d_tag
     flat = Signal(W * 8)
     m.d.comb += flat.eq(Cat(*[port.data[j] for j in range(NB)]))
     isq = d_valid & (d_kind == Q)
@@ -220,9 +224,7 @@ def products(m: Module, ctx) -> None:
     with m.If(adv):
         m.d.sync += [prod_valid.eq(isq), prod_gfirst.eq(d_gfirst), prod_glast.eq(d_glast), prod_tag.eq(d_tag)]
     for ln in range(W):
-        ok = (Const(ln, LW + 1) >> d_vb_log) == 0
-        xa = Mux(ok, xa_blk[ln >> kmin], 0)
-        xb = Mux(ok, xb_blk[ln >> kmin], 0)
+        xa, xb = xa_blk[ln >> kmin], xb_blk[ln >> kmin]
         dq = [Signal(signed(ZERO_BITS + 1), name=f"dq{h}_{ln}") for h in range(2)]   # q − z, low / high
         m.d.comb += [dq[h].eq(flat[8 * ln + 4 * h:8 * ln + 4 * h + 4] - z_hold[ln]) for h in range(2)]
         with m.If(adv):
