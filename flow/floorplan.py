@@ -281,17 +281,27 @@ def place_macros(d: Design, tiles: list[int], rect: Rect, halo: int, costs: dict
     return None
 
 
-def shelf_blocks(d: Design, xy: dict[int, tuple[int, int]], halo: int, edge: str) -> list[Rect]:
+def shelf_blocks(d: Design, xy: dict[int, tuple[int, int]], halo: int, edge: str, rect: Rect) -> list[Rect]:
     """One keep-out box per shelf of macros (the box around its macros and their halos): rows stop at a
-    shelf, not at each macro, so no short row stretches are left between macros or beside a shorter
-    one, where the legaliser would strand cells far from the rest of their engine."""
+    shelf, not at each macro, so no short row stretches are left between macros. Every shelf but the
+    innermost also runs the full length of ``rect`` along ``edge``: the stretch beside a shorter or
+    staggered shelf is a pocket walled in by the shelves above and below it, and the placer fills such
+    pockets with the overflow of the logic under the macros (one MAC lane's adder split between pockets
+    1.4 mm apart on the nano chip). The innermost shelf's side stretches open onto the free rows."""
     shelves: dict[int, list[Rect]] = {}
     for i, (x, y) in xy.items():
         w, h = d.comp_w[i], d.comp_h[i]
         key = {"bottom": y, "top": y + h, "left": x, "right": x + w}[edge]
         shelves.setdefault(key, []).append((x - halo, y - halo, x + w + halo, y + h + halo))
-    return [(min(b[0] for b in bs), min(b[1] for b in bs), max(b[2] for b in bs), max(b[3] for b in bs))
-            for bs in shelves.values()]
+    boxes = {k: (min(b[0] for b in bs), min(b[1] for b in bs), max(b[2] for b in bs), max(b[3] for b in bs))
+             for k, bs in shelves.items()}
+    if not boxes:
+        return []
+    inner = (max if edge in ("bottom", "left") else min)(boxes)
+    along_x = edge in ("bottom", "top")
+    return [box if k == inner else
+            (rect[0], box[1], rect[2], box[3]) if along_x else (box[0], rect[1], box[2], rect[3])
+            for k, box in boxes.items()]
 
 
 def region_rows(k: int, rect: Rect, blocked: list[Rect], core_y0: int, rh: int, sw: int) -> list[DefRow]:
@@ -318,7 +328,7 @@ def _fit(d: Design, regions: list[Region], rects: list[Rect], w: np.ndarray, hal
             continue
         xy, r.macro_edge = packed
         macro_xy.update(xy)
-        blocked = shelf_blocks(d, xy, halo, r.macro_edge)
+        blocked = shelf_blocks(d, xy, halo, r.macro_edge, rect)
         r.rows = region_rows(k, rect, blocked, core[1], rh, sw)
         if r.cells:
             room = r.row_area(rh)

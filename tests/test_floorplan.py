@@ -110,7 +110,7 @@ def test_rows_stop_at_a_shelf_not_between_its_macros():
     rect, halo, rh, sw = (0, 0, 200_000, 340_000), 2000, 1400, 190
     xy, edge = place_macros(d, [0, 1, 2], rect, halo, {"bottom": 9, "top": 9, "left": 9, "right": 0.0})
     assert edge == "right"
-    blocks = shelf_blocks(d, xy, halo, edge)
+    blocks = shelf_blocks(d, xy, halo, edge, rect)
     assert len(blocks) == 1
     column = blocks[0]
 
@@ -121,6 +121,25 @@ def test_rows_stop_at_a_shelf_not_between_its_macros():
     assert any(inside(r, column) for r in region_rows(0, rect, per_macro, 0, rh, sw))
     rows = region_rows(0, rect, blocks, 0, rh, sw)
     assert rows and not any(inside(r, b) for r in rows for b in blocks)
+
+
+def test_no_row_pocket_beside_an_outer_shelf():
+    """Five tiles on the top edge, two to a shelf of room for two and a half: the shelves are staggered, so
+    per-shelf boxes would leave walled-in row stretches beside the outer shelves (where the placer stranded
+    half of a MAC lane). Only the innermost shelf may have rows beside it, and those open onto the free
+    rows below it."""
+    d = _Tiles([(40_000, 30_000)] * 5)
+    rect, halo, rh, sw = (0, 0, 100_000, 200_000), 1000, 1400, 190
+    xy, edge = place_macros(d, list(range(5)), rect, halo, {"bottom": 9, "top": 0.0, "left": 9, "right": 9})
+    assert edge == "top"
+    blocks = shelf_blocks(d, xy, halo, edge, rect)
+    assert len(blocks) == 3
+    inner = min(blocks, key=lambda b: b[1])
+    assert all(b[0] == 0 and b[2] == 100_000 for b in blocks if b != inner)
+    assert inner[2] - inner[0] < 100_000            # one tile: room beside it
+    rows = region_rows(0, rect, blocks, 0, rh, sw)
+    beside = [r for r in rows if r.y >= inner[1]]
+    assert beside and all(inner[1] <= r.y < inner[3] for r in beside)
 
 
 def test_shelves_run_serpentine_so_a_split_macro_stays_together():
