@@ -186,22 +186,27 @@ def summary_text(r: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-# Resident memory of one OpenSTA process per byte of its netlist and SPEF files, measured (ps) on the nano
-# sign-off: 4.4 GB for a 303 MB netlist with a 964 MB SPEF.
-STA_BYTES_PER_INPUT_BYTE = 3.5
+# Resident memory of one OpenSTA process per byte of its netlist and SPEF files, measured on the nano
+# sign-off: 4.4 GB for a 303 MB netlist with a 964 MB SPEF (ps), 4.25 GB for 272 + 869 MB (the kernel's
+# OOM report); rounded up. What the estimate leaves free, STA_HEADROOM_BYTES, is for the caller: the sign-off
+# process that starts them still grows (three processes beside its 11.8 GB were killed on this 24 GB machine
+# when the estimate was 3.5 bytes a byte and nothing was kept back).
+STA_BYTES_PER_INPUT_BYTE = 4.0
+STA_HEADROOM_BYTES = 2 << 30
 
 
 def memory_jobs(netlist: Path, parasitics: Path | None, wanted: int) -> int:
     """OpenSTA processes to run side by side: ``wanted`` (one per corner), but no more than the memory available
-    now holds (``STA_BYTES_PER_INPUT_BYTE`` x the input files each; at least one). Not one per CPU: corners
-    sharing the CPUs finish sooner than corners queued behind each other (three on two CPUs: the last starts
-    when the first ends; the ci chip's sign-off STA took 96 s with three processes, 125 s with two). Beside
+    now holds beyond ``STA_HEADROOM_BYTES`` (``STA_BYTES_PER_INPUT_BYTE`` x the input files each; at least
+    one). Not one per CPU: corners sharing the CPUs finish sooner than corners queued behind each other (three
+    on two CPUs: the last starts when the first ends; the ci chip's sign-off STA took 96 s with three
+    processes, 125 s with two). Beside
     the sign-off's own 13 GB the nano chip's two 4.4 GB processes filled this 24 GB machine to the last 0.5 GB."""
     size = netlist.stat().st_size + (parasitics.stat().st_size if parasitics else 0)
     avail = mem_available()
     if avail is None:
         return wanted
-    fit = max(1, int(avail // (STA_BYTES_PER_INPUT_BYTE * size)))
+    fit = max(1, int((avail - STA_HEADROOM_BYTES) // (STA_BYTES_PER_INPUT_BYTE * size)))
     if fit < wanted:
         progress(f"{fit} OpenSTA process(es) at a time: {avail / 2**30:.1f} GB available, about "
                  f"{STA_BYTES_PER_INPUT_BYTE * size / 2**30:.1f} GB each")
