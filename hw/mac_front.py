@@ -157,15 +157,17 @@ def stage_d(m: Module, ctx) -> None:
     xb_blk = [Signal(signed(abits), name=f"xb_blk{u}") for u in range(nblk)]
     with m.If(adv):
         for u in range(nblk):
-            with m.Switch(r_ls):
-                for k in range(kmin, LW + 1):
-                    slot = (u << kmin) >> k
-                    with m.Case(k):
-                        a, b = (window_a[slot], window_b[slot]) if slot < S else (0, 0)
-                        live = (Const(u << kmin, LW + 1) >> r_vb) == 0
-                        m.d.sync += [xa_blk[u].eq(Mux(live, a, 0)), xb_blk[u].eq(Mux(live, b, 0))]
-                with m.Default():
-                    m.d.sync += [xa_blk[u].eq(0), xb_blk[u].eq(0)]
+            with m.If((Const(u << kmin, LW + 1) >> r_vb) != 0):
+                m.d.sync += [xa_blk[u].eq(0), xb_blk[u].eq(0)]
+            with m.Else():
+                with m.Switch(r_ls):
+                    for k in range(kmin, LW + 1):
+                        slot = (u << kmin) >> k
+                        with m.Case(k):
+                            a, b = (window_a[slot], window_b[slot]) if slot < S else (0, 0)
+                            m.d.sync += [xa_blk[u].eq(a), xb_blk[u].eq(b)]
+                    with m.Default():
+                        m.d.sync += [xa_blk[u].eq(0), xb_blk[u].eq(0)]
 
     # stage D registers (the read data itself sits in the macros' output registers)
     d_valid = Signal()
