@@ -29,7 +29,7 @@ Storage. One ``msh_sram`` of max_d / K words holds, at address a, K element grou
 K·a + l at group l); a group is element K·a + l of every candidate slot (each slot X.bits rounded up
 to whole bytes). A transfer writes one word (all byte strobes). The combine reads all candidates of K
 elements in one access, so it runs at K elements per cycle with max_cands × K lanes. nano (max_cands 2,
-max_d 64): 64 × 64 bits at K = 1, 32 × 128 at K = 2, 16 × 256 at K = 4.
+max_d 64): 64 × 64 bits at K = 1, 32 × 128 at K = 2, 16 × 256 at K = 4, 8 × 512 at K = 8.
 LUTs: ``hw.lib.lut`` Rsqrt, Exp2Neg, Recip, one of each (one msh_rom each, ``<rom_dir>/<table>.hex``).
 
 Lanes. Candidate k owns lane k: K X × X multipliers (c_kj²), K X × h multipliers (c_kj · h_j), K
@@ -48,17 +48,19 @@ Schedule (one mix at a time):
     rsqrt      per candidate, one per cycle: mux Σc²_k, + eps·d, round to SQ_FRAC (register) | Rsqrt
     score      per candidate, one per cycle: mux the dot, round to MIX_DOT_FRAC | ApplyMant × mant_k, e_k,
                saturate to X | × log2 e (two 25-bit halves) | round → t_k | store, running max
-    softmax    Exp2Neg of max t − t_k (one per cycle) and Σe | Recip
+    softmax    Exp2Neg of max t − t_k (one per cycle) and Σe | Recip; the combine's reads start
+               ``COMBINE_LEAD`` cycles after the Recip issue, so the first word leaves the lanes' ApplyMant
+               as 1 / Σe arrives
     combine    d / K SRAM reads (1/cycle), every lane: ApplyMant(e_k × c_kj) | Σ_k, round to frac 16 |
                ApplyMant(× recip mant, shift, saturate) → ``o``; a stall-able pipeline
                (``~o.valid | o.ready``).
 The next mix's ingest starts once the combine has read the last word (it overlaps the combine
 pipeline's drain and ``o``); its rsqrt waits until the previous mix's ``o`` and ``e`` are out.
 Latency (no stalls, ``ResMixer.latency``, checked by the test): the last ``o`` transfer leaves
-2·d/K + 3·n + 31 cycles after the first ``i`` transfer was accepted (with the present hw.lib.lut
-latencies); nano (d = 64): K = 1: 165 cycles for n = 2, 162 for n = 1, 171 for n = 4; K = 2: 101 for
-n = 2, 98 for n = 1, 107 for n = 4; K = 4: 69 for n = 2, 66 for n = 1, 75 for n = 4 (91 for n = 2 with the
-score pass).
+2·d/K + 3·n + 27 cycles after the first ``i`` transfer was accepted (with the present hw.lib.lut
+latencies); nano (d = 64): K = 1: 161 cycles for n = 2, 158 for n = 1, 167 for n = 4; K = 2: 97 for
+n = 2, 94 for n = 1, 103 for n = 4; K = 4: 65 for n = 2; K = 8: 49 for n = 2, 46 for n = 1, 55 for n = 4
+(before issue 21's changes K = 4, n = 2 took 91 with a score pass and 69 with the combine after 1 / Σe).
 
 Code: this file holds the parameters, the latency formula and the composition; hw/res_mixer_parts.py
 the buffer and ingest, the controller, the lanes, the running max and the combine.
@@ -77,7 +79,7 @@ from amaranth.lib.wiring import In, Out
 from hw.lib.lut import ApplyMant, Exp2Neg, Recip, Rsqrt
 from hw.lib.lut_rom import port_of
 from hw.params import require_instance, signed_bits
-from hw.res_mixer_parts import W_FRAC, buffer_and_ingest, combine, controller, lanes, running_max
+from hw.res_mixer_parts import COMBINE_LEAD, W_FRAC, buffer_and_ingest, combine, controller, lanes, running_max
 from hw.roms import ROM_DIR
 from nano_k3 import fxp_math, luts
 from nano_k3.fixed import MIX_DOT_FRAC, Q4_11
@@ -225,16 +227,16 @@ class ResMixer(wiring.Component):
 
         d / K words: d / K ingest cycles and 3 to finish Σc² and the dots; n Rsqrt issues (after one
         register stage); n score issues, the score ApplyMant and the to_log2 pipeline (× log2 e, round,
-        store); n Exp2Neg issues and one cycle to collect; Recip and one cycle to collect;
-        d / K combine reads and the combine pipeline (read, the lanes' ApplyMant e·c, ApplyMant × recip).
+        store); n Exp2Neg issues and one cycle to collect; the Recip issue and ``COMBINE_LEAD`` − 1 cycles
+        (the first word meets 1 / Σe after the lanes' ApplyMant); d / K combine reads and the combine pipeline (read, the lanes' ApplyMant e·c, ApplyMant × recip).
         """
         if lanes < 1 or lanes & (lanes - 1) or d < lanes or d % lanes:
             raise ValueError(f"d must be a positive multiple of lanes (a power of two), got d {d!r}, lanes {lanes!r}")
         words = d // lanes
-        lat_rs, lat_am, lat_ex, lat_rc = Rsqrt.LATENCY, ApplyMant.LATENCY, Exp2Neg.LATENCY, Recip.LATENCY
+        lat_rs, lat_am, lat_ex = Rsqrt.LATENCY, ApplyMant.LATENCY, Exp2Neg.LATENCY
         ingest = words + 3 + n + lat_rs              # the candidates' rsqrts are back
         score = n + lat_am + 2                       # score issues .. first Exp2Neg issue
-        softmax = n + lat_ex + lat_rc + 1            # Exp2Neg issues .. first combine read
+        softmax = n + lat_ex + COMBINE_LEAD          # Exp2Neg issues .. first combine read
         combine = words + 1 + 2 * lat_am             # combine reads .. last o
         return ingest + score + softmax + combine
 

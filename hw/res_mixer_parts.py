@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from amaranth.hdl import Cat, ClockSignal, Const, Instance, Module, Mux, Signal, signed
 
-from hw.lib.lut import ApplyMant
+from hw.lib.lut import ApplyMant, Recip
 from hw.lib.pipe import clamp, delay, eq_const, round_shift_const
 from nano_k3 import fxp_math
 from nano_k3.fxp_ops import SQ_FRAC, P, T, X
@@ -17,6 +17,10 @@ W_FRAC = fxp_math.NORM_FRAC            # norm offset w (Q2.13): gain = 2^W_FRAC 
 STATES = {name: k + 1 for k, name in enumerate((
     "IDLE", "RSQRT", "RSQRT_WAIT", "SCORE", "LOG2_WAIT",
     "EXP", "EXP_WAIT", "RECIP", "RECIP_WAIT", "COMBINE", "COMBINE_WAIT"))}
+
+# The combine's first read, in cycles after the Recip issue: its word leaves the lanes' ApplyMant (a read
+# cycle and ApplyMant.LATENCY later) in the cycle 1 / Σe is first held (Recip.LATENCY + 1), not before.
+COMBINE_LEAD = max(1, Recip.LATENCY - ApplyMant.LATENCY)
 
 
 def select(m: Module, regs: list, sel, name: str):
@@ -164,14 +168,17 @@ def controller(m: Module, ctx) -> None:
     with m.If(state == STATES["EXP_WAIT"]):
         with m.If(exp2.o_valid & (kc == nb_m1)):
             m.d.sync += state.eq(STATES["RECIP"])
+    lead = Signal(range(COMBINE_LEAD + 1))      # cycles since the Recip issue
     with m.If(state == STATES["RECIP"]):
         m.d.comb += recip.i_valid.eq(1)
-        m.d.sync += [e_busy.eq(int(p.trace_e)), e_cnt.eq(0)]
-        m.d.sync += state.eq(STATES["RECIP_WAIT"])
+        m.d.sync += [e_busy.eq(int(p.trace_e)), e_cnt.eq(0), jp.eq(0), o_done.eq(0), lead.eq(1)]
+        m.d.sync += state.eq(STATES["COMBINE"] if COMBINE_LEAD == 1 else STATES["RECIP_WAIT"])
     with m.If(state == STATES["RECIP_WAIT"]):
-        with m.If(recip.o_valid):
-            m.d.sync += [mant_rc.eq(recip.o.mant), e_rc.eq(recip.o.e), jp.eq(0), o_done.eq(0)]
+        m.d.sync += lead.eq(lead + 1)
+        with m.If(lead == COMBINE_LEAD - 1):
             m.d.sync += state.eq(STATES["COMBINE"])
+    with m.If(recip.o_valid):                   # in RECIP_WAIT or COMBINE, before the first word needs it
+        m.d.sync += [mant_rc.eq(recip.o.mant), e_rc.eq(recip.o.e)]
     with m.If(state == STATES["COMBINE"]):
         m.d.comb += cb_issue.eq(1)
         with m.If(adv):
