@@ -18,9 +18,9 @@ to max_len for L2):
   then RMSNorm × gain (round half up, saturate to X) or L2 saturate to UNIT (without ``l2`` the unit
   does RMSNorm only and has no L2 datapath).
 Latency (no stalls, measured by verification/test_vector_unit.py ``vector_latency`` at K = 1): the
-first output leaves ``NormUnit.GAP`` = 16 cycles after the last input, then one transfer per cycle: a
-64-element vector takes 64/K + 16 + 64/K − 1 cycles from its first input to its last output (143 at
-K = 1).
+first output leaves ``NormUnit.GAP`` = 14 cycles after the last input, then one transfer per cycle: a
+64-element vector takes 64/K + 14 + 64/K − 1 cycles from its first input to its last output (141 at
+K = 1; 16 and 143 before issue 21 squared a registered copy of the input and read after capturing mant).
 The unit takes the next vector after
 the last output of the previous one (no overlap of the two passes: a second buffer would double
 the SRAM).
@@ -121,8 +121,9 @@ class NormUnit(wiring.Component):
     """RMSNorm / L2 norm of streamed vectors (see the module docstring)."""
 
     # cycles from the last input transfer to the first output (no stalls): square, accumulate, round +
-    # epsilon, Rsqrt, capture, then the pass-2 pipeline (SRAM read, ApplyMant, gain, output register)
-    GAP = 4 + Rsqrt.LATENCY + 1 + 1 + ApplyMant.LATENCY + 2
+    # epsilon, Rsqrt, then the pass-2 pipeline (SRAM read issued as the Rsqrt result arrives, ApplyMant,
+    # gain, output register)
+    GAP = 3 + Rsqrt.LATENCY + 1 + ApplyMant.LATENCY + 2
 
     def __init__(self, params: NormParams = NormParams(), *, roms=None):
         """``roms``: shared-ROM ports by table name (``hw.lib.lut_rom.shared_rom``), else the Rsqrt owns its ROM."""
@@ -170,16 +171,12 @@ class NormUnit(wiring.Component):
         m.d.comb += [take.eq(self.i.valid & self.i.ready), we.eq(take), waddr.eq(words),
                      wdata.eq(Cat(*[Cat(ip.v[k], ip.w[k]) for k in range(K)]))]
         sq_v, sq_last = Signal(), Signal()
-        v1 = [Signal(signed(p.v_bits), name=f"v1_{k}") for k in range(K)]
         sq = [Signal(unsigned(2 * p.v_bits - 1), name=f"sq{k}") for k in range(K)]
         acc = Signal(unsigned(p.acc_bits))
         acc_done = Signal()
-        m.d.sync += [sq_v.eq(take), sq_last.eq(take & ip.last), acc_done.eq(sq_last)]
-        m.d.sync += [v1[k].eq(ip.v[k]) for k in range(K)]
-        m.d.sync += [sq[k].eq(v1[k] * v1[k]) for k in range(K)]
-        sq_v2 = Signal()
-        m.d.sync += sq_v2.eq(sq_v)
-        with m.If(sq_v2):
+        m.d.sync += [sq_v.eq(take), sq_last.eq(take & ip.last), acc_done.eq(sq_last)]   # acc_done: acc is the sum
+        m.d.sync += [sq[k].eq(ip.v[k] * ip.v[k]) for k in range(K)]
+        with m.If(sq_v):
             m.d.sync += acc.eq(acc + sum(sq[1:], sq[0]))
         with m.If(take):
             m.d.sync += [count.eq(count + K), words.eq(words + 1), first.eq(ip.last)]
@@ -191,8 +188,6 @@ class NormUnit(wiring.Component):
         m.d.comb += self.i.ready.eq(~busy)
         with m.If(take & ip.last):
             m.d.sync += busy.eq(1)
-        done2 = Signal()
-        m.d.sync += done2.eq(acc_done)            # acc holds the full sum one cycle after acc_done
         _, sh_c = leading_one(m, count, "lg")      # log2 n (n a power of two)
         ss = Signal(p.ss_bits)
         eps = Signal(p.ss_bits)
@@ -203,8 +198,8 @@ class NormUnit(wiring.Component):
         l2_eps = fxp_math.eps_int(p.l2_eps, SQ_FRAC)
         ss_v = Signal()
         sh = Signal(range(p.len_log2 + 1))
-        m.d.sync += ss_v.eq(done2)
-        with m.If(done2):
+        m.d.sync += ss_v.eq(acc_done)
+        with m.If(acc_done):
             m.d.sync += [ss.eq(round_shift_const(acc, 2 * p.v_frac - SQ_FRAC) + Mux(op, l2_eps, eps)),
                          sh.eq(sh_c)]
         m.d.comb += [rsqrt.en.eq(1), rsqrt.i_valid.eq(ss_v), rsqrt.i.m.eq(ss),
@@ -213,13 +208,15 @@ class NormUnit(wiring.Component):
         draining = Signal()
         rd_ptr = Signal(range(depth + 1))
         with m.If(rsqrt.o_valid):
-            m.d.sync += [mant.eq(rsqrt.o.mant), e.eq(rsqrt.o.e), draining.eq(1), rd_ptr.eq(0), acc.eq(0)]
+            m.d.sync += [mant.eq(rsqrt.o.mant), e.eq(rsqrt.o.e), draining.eq(1), acc.eq(0)]
 
-        # pass 2: read, apply, gain, output (every stage advances with en)
+        # pass 2: read, apply, gain, output (every stage advances with en); the first read may issue in the
+        # cycle the rsqrt result arrives: its word reaches the ApplyMant as mant and e are held
         en = Signal()
         m.d.comb += en.eq(~self.o.valid | self.o.ready)
         issue = Signal()
-        m.d.comb += [issue.eq(draining & (rd_ptr != words) & en), re.eq(issue), raddr.eq(rd_ptr)]
+        m.d.comb += [issue.eq((draining | rsqrt.o_valid) & (rd_ptr != words) & en), re.eq(issue),
+                     raddr.eq(rd_ptr)]
         r_v, r_last = Signal(), Signal()
         with m.If(en):
             m.d.sync += [r_v.eq(issue), r_last.eq(rd_ptr == words - 1)]
@@ -251,5 +248,5 @@ class NormUnit(wiring.Component):
                     m.d.sync += self.o.payload.y[k].eq(rms_y)
         # end of the vector: the last output leaves
         with m.If(self.o.valid & self.o.ready & self.o.payload.last):
-            m.d.sync += [busy.eq(0), draining.eq(0), count.eq(0), words.eq(0), first.eq(1)]
+            m.d.sync += [busy.eq(0), draining.eq(0), count.eq(0), words.eq(0), first.eq(1), rd_ptr.eq(0)]
         return m
