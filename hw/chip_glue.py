@@ -94,9 +94,9 @@ class ElemFeeder(wiring.Component):
             self._MustUse__silence = True
             raise ValueError(f"ElemFeeder: word_srcs must be in 1..{MAX_SRCS}, got {word_srcs}")
         self.slot_words, self.prf_width, self.max_n, self.dh, self.conv_k = slot_words, prf_width, max_n, dh, conv_k
-        if lanes not in (1, 2, 4, 8) or lanes > entries:
+        if lanes not in (1, 2, 4, 8, 16) or lanes > entries:
             self._MustUse__silence = True
-            raise ValueError(f"ElemFeeder: lanes must be 1, 2, 4 or 8 and at most entries={entries}, got {lanes}")
+            raise ValueError(f"ElemFeeder: lanes must be 1, 2, 4, 8 or 16 and at most entries={entries}, got {lanes}")
         if pa_params < conv_k or pb_params < 1:
             self._MustUse__silence = True
             raise ValueError(f"ElemFeeder: pa_params={pa_params} must hold conv_k={conv_k} taps and pb_params="

@@ -30,7 +30,7 @@ def test_space_is_declared_on_chip_params():
     for name, values in space.items():
         for v in values:
             assert getattr(ChipParams(**{name: v}), name) == v
-    with pytest.raises(ValueError, match=r"norm_lanes must be one of 1, 2, 4, 8, got 3"):
+    with pytest.raises(ValueError, match=r"norm_lanes must be one of 1, 2, 4, 8, 16, got 3"):
         ChipParams(norm_lanes=3)
 
 

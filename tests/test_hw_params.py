@@ -11,7 +11,7 @@ from hw.params import PRESETS, ChipParams, preset, signed_bits
     ("mac_lanes", 0), ("mac_lanes", 12), ("mac_lanes", 16.0), ("act_bits", 1), ("act_bits", True),
     ("scale_frac", 16), ("zero_bits", 3), ("max_fan_in", 511), ("max_fan_in", 0),
     ("clock_ns", 0.0), ("clock_ns", -1.0), ("clock_ns", float("nan")), ("clock_ns", "10"), ("name", "a b"),
-    ("mac_banks", 0), ("mac_banks", 3), ("norm_lanes", 3), ("norm_lanes", 16), ("ew_lanes", 8), ("ew_lanes", 0), ("mix_lanes", 8), ("comb_lanes", 3),
+    ("mac_banks", 0), ("mac_banks", 3), ("norm_lanes", 3), ("norm_lanes", 32), ("ew_lanes", 8), ("ew_lanes", 0), ("mix_lanes", 16), ("comb_lanes", 3),
 ])
 def test_bad_value_is_rejected_with_the_value_in_the_message(field, value):
     with pytest.raises(ValueError) as e:
