@@ -104,9 +104,9 @@ class ChipParams:
     clock_ns: float = 10.0      # target clock period (100 MHz)
     mem_max_inflight: int = 64  # memory engine: reads in flight (covers base 24 + jitter 12 at 1 beat/cycle)
     mem_len_bits: int = 24      # memory engine: bits of a read range's byte length
-    norm_lanes: int = choice(16, (1, 2, 4, 8, 16)) # RMSNorm elements per cycle (hw.norm_unit lanes)
+    norm_lanes: int = choice(16, (1, 2, 4, 8, 16))  # RMSNorm elements per cycle (hw.norm_unit lanes)
     ew_lanes: int = choice(4, (1, 2, 4))        # element-wise (ADD, SwiGLU) elements per cycle (hw.vector_unit)
-    mix_lanes: int = choice(4, (1, 2, 4))       # residual-mixer elements per cycle (hw.res_mixer)
+    mix_lanes: int = choice(4, (1, 2, 4, 8))    # residual-mixer elements per cycle (hw.res_mixer)
     comb_lanes: int = choice(4, (1, 2, 4))      # MoE-combine elements per cycle (hw.chip_glue.Combine)
     kda_lanes: int = choice(2, (1, 2))          # KDA engine input elements per cycle (hw.kda_engine.KdaParams.lanes)
 
