@@ -228,7 +228,8 @@ class ResMixer(wiring.Component):
         d / K words: d / K ingest cycles and 3 to finish Σc² and the dots; n Rsqrt issues (after one
         register stage); n score issues, the score ApplyMant and the to_log2 pipeline (× log2 e, round,
         store); n Exp2Neg issues and one cycle to collect; the Recip issue and ``COMBINE_LEAD`` − 1 cycles
-        (the first word meets 1 / Σe after the lanes' ApplyMant); d / K combine reads and the combine pipeline (read, the lanes' ApplyMant e·c, ApplyMant × recip).
+        (the first word meets 1 / Σe after the lanes' ApplyMant); d / K combine reads and the combine
+        pipeline (read, the lanes' ApplyMant e·c, ApplyMant × recip).
         """
         if lanes < 1 or lanes & (lanes - 1) or d < lanes or d % lanes:
             raise ValueError(f"d must be a positive multiple of lanes (a power of two), got d {d!r}, lanes {lanes!r}")
