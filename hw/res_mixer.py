@@ -32,11 +32,12 @@ elements in one access, so it runs at K elements per cycle with max_cands × K l
 max_d 64): 64 × 64 bits at K = 1, 32 × 128 at K = 2, 16 × 256 at K = 4, 8 × 512 at K = 8.
 LUTs: ``hw.lib.lut`` Rsqrt, Exp2Neg, Recip, one of each (one msh_rom each, ``<rom_dir>/<table>.hex``).
 
-Lanes. Candidate k owns lane k: K X × X multipliers (c_kj²), K X × h multipliers (c_kj · h_j), K
-ApplyMant and two accumulators, Σc² and the score dot (each adds the K products of a cycle in one adder,
-no tree stage); the K products h_j = gain_j · proj_j are formed once per transfer for every candidate.
-The ApplyMant form the exact products e_k · c_kj in the combine (exponent ``e_exact``: shift 0, no
-rounding); the combine has K output ApplyMant (× recip). Everything per candidate but not per element
+Lanes. Candidate k owns lane k: K X × X multipliers (c_kj²), K X × h multipliers (c_kj · h_j) and two
+accumulators, Σc² and the score dot (each adds the K products of a cycle in one adder, no tree stage); the
+K products h_j = gain_j · proj_j are formed once per transfer for every candidate. The combine forms the
+exact products e_k · c_kj on the dot's multipliers (a buffer word for c, e_k for h: the ingest and the
+combine of a mix never overlap, so the next mix's ingest waits for the last ``o``); it has K output
+ApplyMant (× recip). Everything per candidate but not per element
 (the + eps·d rounding, the score's × rsqrt, to_log2, max, Exp2Neg, Σe, Recip) runs one candidate per cycle
 on one shared Rsqrt / score ApplyMant / Exp2Neg / Recip. The score is linear in c_k after RMSNorm's scale,
 so it needs no pass over the buffer after the norms (the mixer had one until issue 21: d/K + 13 cycles a
@@ -49,13 +50,13 @@ Schedule (one mix at a time):
     score      per candidate, one per cycle: mux the dot, round to MIX_DOT_FRAC | ApplyMant × mant_k, e_k,
                saturate to X | × log2 e (two 25-bit halves) | round → t_k | store, running max
     softmax    Exp2Neg of max t − t_k (one per cycle) and Σe | Recip; the combine's reads start
-               ``COMBINE_LEAD`` cycles after the Recip issue, so the first word leaves the lanes' ApplyMant
+               ``COMBINE_LEAD`` cycles after the Recip issue, so the first word leaves the lanes' products
                as 1 / Σe arrives
-    combine    d / K SRAM reads (1/cycle), every lane: ApplyMant(e_k × c_kj) | Σ_k, round to frac 16 |
+    combine    d / K SRAM reads (1/cycle), every lane: e_k × c_kj (on the dot's multipliers) | Σ_k, round |
                ApplyMant(× recip mant, shift, saturate) → ``o``; a stall-able pipeline
                (``~o.valid | o.ready``).
-The next mix's ingest starts once the combine has read the last word (it overlaps the combine
-pipeline's drain and ``o``); its rsqrt waits until the previous mix's ``o`` and ``e`` are out.
+The next mix's ingest starts after the last ``o`` transfer (the combine holds the lanes' multipliers until
+then); its rsqrt waits until the previous mix's ``e`` is out.
 Latency (no stalls, ``ResMixer.latency``, checked by the test): the last ``o`` transfer leaves
 2·d/K + 3·n + 27 cycles after the first ``i`` transfer was accepted (with the present hw.lib.lut
 latencies); nano (d = 64): K = 1: 161 cycles for n = 2, 158 for n = 1, 167 for n = 4; K = 2: 97 for
@@ -79,7 +80,7 @@ from amaranth.lib.wiring import In, Out
 from hw.lib.lut import ApplyMant, Exp2Neg, Recip, Rsqrt
 from hw.lib.lut_rom import port_of
 from hw.params import require_instance, signed_bits
-from hw.res_mixer_parts import COMBINE_LEAD, W_FRAC, buffer_and_ingest, combine, controller, lanes, running_max
+from hw.res_mixer_parts import COMBINE_LEAD, LANE_LATENCY, W_FRAC, buffer_and_ingest, combine, controller, lanes, running_max
 from hw.roms import ROM_DIR
 from nano_k3 import fxp_math, luts
 from nano_k3.fixed import MIX_DOT_FRAC, Q4_11
@@ -192,7 +193,7 @@ class ResMixer(wiring.Component):
         self.cnt_bits = self.addr_bits + 1          # transfers / word reads of one mix: 1..max_d / K
         self.k_bits = max(1, (p.max_cands - 1).bit_length())
         # LUT-unit cores (constructed here so that their widths are known for the members): one Rsqrt,
-        # score ApplyMant, Exp2Neg and Recip shared by the candidates, K ApplyMant per lane (lane_apply[k][l])
+        # score ApplyMant, Exp2Neg and Recip shared by the candidates, K output ApplyMant (× 1 / Σe)
         self.rsqrt = Rsqrt(m_bits=self.ss_bits, frac_bits=self.frac_bits, rom_dir=p.rom_dir,
                            port=port_of(roms, "rsqrt"))
         self.exp2 = Exp2Neg(t_bits=T.bits, rom_dir=p.rom_dir, port=port_of(roms, "exp2"))   # max t − t_k
@@ -201,12 +202,9 @@ class ResMixer(wiring.Component):
         self.score_apply = ApplyMant(v_bits=self.dot_bits - self.dot_shift + 1, v_frac=MIX_DOT_FRAC, out_frac=xf,
                                      out_bits=xb, e_range=self.rsqrt.e_range,
                                      mant_bits=luts.tables()["rsqrt"].base_bits)
-        # the lanes' ApplyMant form the combine's exact products e_k·c_kj: e = e_exact gives shift 0
-        prod_bits = signed_bits(-e_max * (1 << (xb - 1)), e_max * ((1 << (xb - 1)) - 1))
-        self.e_exact = xf + fxp_math.MANT_FRAC - xf
-        self.lane_apply = [[ApplyMant(v_bits=xb, v_frac=xf, out_frac=xf, out_bits=prod_bits,
-                                      e_range=(self.e_exact, self.e_exact), mant_bits=P.bits)
-                            for _ in range(p.lanes)] for _ in range(p.max_cands)]
+        if P.bits + 1 > self.h_bits:
+            raise ValueError(f"the combine's e (P, {P.bits} bits) must fit the dot multipliers' h operand "
+                             f"({self.h_bits} bits)")
         self.apply_o = [ApplyMant(v_bits=self.num_bits, v_frac=NUM_FRAC, out_frac=xf, out_bits=xb,
                                   e_range=self.recip.e_range, mant_bits=luts.tables()["recip"].base_bits)
                         for _ in range(p.lanes)]
@@ -228,8 +226,8 @@ class ResMixer(wiring.Component):
         d / K words: d / K ingest cycles and 3 to finish Σc² and the dots; n Rsqrt issues (after one
         register stage); n score issues, the score ApplyMant and the to_log2 pipeline (× log2 e, round,
         store); n Exp2Neg issues and one cycle to collect; the Recip issue and ``COMBINE_LEAD`` − 1 cycles
-        (the first word meets 1 / Σe after the lanes' ApplyMant); d / K combine reads and the combine
-        pipeline (read, the lanes' ApplyMant e·c, ApplyMant × recip).
+        (the first word meets 1 / Σe after the lanes' products); d / K combine reads and the combine
+        pipeline (read, the lanes' e·c, ApplyMant × recip).
         """
         if lanes < 1 or lanes & (lanes - 1) or d < lanes or d % lanes:
             raise ValueError(f"d must be a positive multiple of lanes (a power of two), got d {d!r}, lanes {lanes!r}")
@@ -238,7 +236,7 @@ class ResMixer(wiring.Component):
         ingest = words + 3 + n + lat_rs              # the candidates' rsqrts are back
         score = n + lat_am + 2                       # score issues .. first Exp2Neg issue
         softmax = n + lat_ex + COMBINE_LEAD          # Exp2Neg issues .. first combine read
-        combine = words + 1 + 2 * lat_am             # combine reads .. last o
+        combine = words + 1 + LANE_LATENCY + lat_am  # combine reads .. last o
         return ingest + score + softmax + combine
 
     def elaborate(self, platform):
@@ -249,9 +247,6 @@ class ResMixer(wiring.Component):
         m.submodules.exp2 = exp2 = self.exp2
         m.submodules.recip = recip = self.recip
         m.submodules.score_apply = self.score_apply
-        for k, ams in enumerate(self.lane_apply):
-            for l, am in enumerate(ams):
-                m.submodules[f"lane_apply_{k}_{l}"] = am
         for l, am in enumerate(self.apply_o):
             m.submodules[f"apply_o_{l}"] = am
         ctx = SimpleNamespace(unit=self, p=p, xb=xb, K=K, A=A, kb_w=kb_w, nc=nc, rsqrt=rsqrt, exp2=exp2, recip=recip)

@@ -1,7 +1,7 @@
 """Residual mixer datapath: the candidate buffer and ingest (Σc² and the score dot Σc·h per candidate),
 the controller of the per-candidate steps and the combine pass over the buffer, the lanes (the K squares and
-dot products; ApplyMant for the combine), the score and to_log2 and the running max, and the combine into
-``o``. These functions add their logic to the mixer's module
+dot products; the dot's multipliers form the combine's e·c), the score and to_log2 and the running max, and
+the combine into ``o``. These functions add their logic to the mixer's module
 (hw/res_mixer.py describes the mixer)."""
 from __future__ import annotations
 
@@ -18,9 +18,12 @@ STATES = {name: k + 1 for k, name in enumerate((
     "IDLE", "RSQRT", "RSQRT_WAIT", "SCORE", "LOG2_WAIT",
     "EXP", "EXP_WAIT", "RECIP", "RECIP_WAIT", "COMBINE", "COMBINE_WAIT"))}
 
-# The combine's first read, in cycles after the Recip issue: its word leaves the lanes' ApplyMant (a read
-# cycle and ApplyMant.LATENCY later) in the cycle 1 / Σe is first held (Recip.LATENCY + 1), not before.
-COMBINE_LEAD = max(1, Recip.LATENCY - ApplyMant.LATENCY)
+# A combine word's products e_k·c_kj: the word in the lanes' operand registers, then their product registers
+# (the score dot's multipliers, which the combine borrows).
+LANE_LATENCY = 2
+# The combine's first read, in cycles after the Recip issue: its products leave the lanes (a read cycle and
+# LANE_LATENCY later) in the cycle 1 / Σe is first held (Recip.LATENCY + 1), not before.
+COMBINE_LEAD = max(1, Recip.LATENCY - LANE_LATENCY)
 
 
 def select(m: Module, regs: list, sel, name: str):
@@ -79,7 +82,6 @@ def buffer_and_ingest(m: Module, ctx) -> None:
                        for l in range(K) for k in range(nc)])),
     ]
     m.d.sync += [a1_valid.eq(take), a1_last.eq(ip.last), a2_valid.eq(a1_valid), a2_last.eq(a1_last)]
-    m.d.sync += [a1_v[k][l].eq(ip.data[k][l]) for k in range(nc) for l in range(K)]
     m.d.sync += [a1_h[l].eq((unit.w.payload[l] + (1 << W_FRAC)) * unit.proj.payload[l]) for l in range(K)]
     with m.If(a2_valid & a2_last):          # the lanes' accumulators hold Σc² from the next cycle on
         m.d.sync += ss_ready.eq(1)
@@ -95,7 +97,7 @@ def buffer_and_ingest(m: Module, ctx) -> None:
                     m.d.sync += [log2d.eq(ld), ss_const.eq(ss_consts[ld])]
     vars(ctx).update(re=re, raddr=raddr, group=group, slot=slot, n_in_m1=n_in_m1, dm1=dm1,
                      log2d=log2d, sh=sh, ss_const=ss_const, hold=hold, ss_ready=ss_ready, a2_valid=a2_valid,
-                     a2_last=a2_last, a1_v=a1_v, a1_h=a1_h)
+                     a2_last=a2_last, a1_v=a1_v, a1_h=a1_h, ip_data=ip.data)
 
 
 def controller(m: Module, ctx) -> None:
@@ -104,7 +106,6 @@ def controller(m: Module, ctx) -> None:
     kb_w, unit, rsqrt, nc, recip, exp2 = ctx.kb_w, ctx.unit, ctx.rsqrt, ctx.nc, ctx.recip, ctx.exp2
     log2d, re, raddr, A, ss_ready, a2_valid = ctx.log2d, ctx.re, ctx.raddr, ctx.A, ctx.ss_ready, ctx.a2_valid
     a2_last, n_in_m1, ss_const, sh, dm1, p = ctx.a2_last, ctx.n_in_m1, ctx.ss_const, ctx.sh, ctx.dm1, ctx.p
-    hold = ctx.hold
     kb, kc, nb_m1 = Signal(kb_w), Signal(kb_w), Signal(kb_w)   # issue / collect counters; n - 1
     m_rs, rs_valid = Signal(unit.ss_bits), Signal()
     mant_rs = [Signal(rsqrt.o.mant.shape(), name=f"mant_rs_{k}") for k in range(nc)]
@@ -120,6 +121,7 @@ def controller(m: Module, ctx) -> None:
     esum = Signal(unit.esum_bits)
     e_busy, e_cnt = Signal(), Signal(kb_w)
     o_done = Signal()
+    cmb = Signal()                            # the combine owns the lanes' multipliers (RECIP .. last o)
     sc_issue, cb_issue = Signal(), Signal()
     lg_last = Signal()                        # the last candidate's t_k is being stored
     adv = Signal()                            # the combine pipeline moves (output free or taken)
@@ -171,7 +173,7 @@ def controller(m: Module, ctx) -> None:
     lead = Signal(range(COMBINE_LEAD + 1))      # cycles since the Recip issue
     with m.If(state == STATES["RECIP"]):
         m.d.comb += recip.i_valid.eq(1)
-        m.d.sync += [e_busy.eq(int(p.trace_e)), e_cnt.eq(0), jp.eq(0), o_done.eq(0), lead.eq(1)]
+        m.d.sync += [e_busy.eq(int(p.trace_e)), e_cnt.eq(0), jp.eq(0), o_done.eq(0), lead.eq(1), cmb.eq(1)]
         m.d.sync += state.eq(STATES["COMBINE"] if COMBINE_LEAD == 1 else STATES["RECIP_WAIT"])
     with m.If(state == STATES["RECIP_WAIT"]):
         m.d.sync += lead.eq(lead + 1)
@@ -184,7 +186,6 @@ def controller(m: Module, ctx) -> None:
         with m.If(adv):
             m.d.sync += jp.eq(jp + 1)
             with m.If(jp[:A] == dm1):
-                m.d.sync += hold.eq(0)     # every word is read: the next mix may overwrite
                 m.d.sync += state.eq(STATES["COMBINE_WAIT"])
     with m.If(state == STATES["COMBINE_WAIT"]):
         with m.If(o_done & ~e_busy):
@@ -203,32 +204,39 @@ def controller(m: Module, ctx) -> None:
                 m.d.sync += e_regs[k].eq(exp2.o.y)
     vars(ctx).update(kb=kb, nb_m1=nb_m1, mant_rs=mant_rs, e_rs=e_rs, mant_rc=mant_rc, e_rc=e_rc, jp=jp, acc=acc,
                      dacc=dacc, t_regs=t_regs, t_max=t_max, e_regs=e_regs, e_busy=e_busy, e_cnt=e_cnt,
-                     o_done=o_done, sc_issue=sc_issue, cb_issue=cb_issue, lg_last=lg_last, adv=adv, dacc_sel=dacc_sel)
+                     o_done=o_done, sc_issue=sc_issue, cb_issue=cb_issue, lg_last=lg_last, adv=adv, dacc_sel=dacc_sel,
+                     cmb=cmb)
 
 
 def lanes(m: Module, ctx) -> None:
     """The K lanes of every candidate: c_kj² and c_kj·h_j in the ingest, summed into the candidate's two
-    accumulators; ApplyMant e_k × c_kj exactly in the combine."""
-    jp, A, dm1, adv, cb_issue = ctx.jp, ctx.A, ctx.dm1, ctx.adv, ctx.cb_issue
-    unit, K, a2_valid, a2_last, slot = ctx.unit, ctx.K, ctx.a2_valid, ctx.a2_last, ctx.slot
-    e_regs, a1_v, a1_h, acc, dacc = ctx.e_regs, ctx.a1_v, ctx.a1_h, ctx.acc, ctx.dacc
+    accumulators. The combine borrows the dot's operand and product registers for the exact e_k·c_kj (a
+    buffer word in, e_k for h_j; they move with the combine's ``adv`` from RECIP until its last ``o``, when
+    the next mix's ingest may start)."""
+    jp, A, dm1, adv, cb_issue, cmb = ctx.jp, ctx.A, ctx.dm1, ctx.adv, ctx.cb_issue, ctx.cmb
+    unit, K, nc, a2_valid, a2_last, slot = ctx.unit, ctx.K, ctx.nc, ctx.a2_valid, ctx.a2_last, ctx.slot
+    e_regs, a1_v, a1_h, acc, dacc, ip_data = ctx.e_regs, ctx.a1_v, ctx.a1_h, ctx.acc, ctx.dacc, ctx.ip_data
+    lane_en = Signal()
+    m.d.comb += lane_en.eq(~cmb | adv)
     c1_valid, c1_last = Signal(), Signal()
     with m.If(adv):
         m.d.sync += [c1_valid.eq(cb_issue), c1_last.eq(jp[:A] == dm1)]
+    p_valid = delay(m, adv, c1_valid, LANE_LATENCY, "p_valid")     # the combine's products are held
     fresh = Signal(init=1)                    # the next ingest word starts a new mix: load the accumulators
     with m.If(a2_valid):
         m.d.sync += fresh.eq(a2_last)
-    for k, ams in enumerate(unit.lane_apply):
+    prods = []
+    for k in range(nc):
         sq = [Signal(signed(2 * X.bits), name=f"sq_{k}_{l}") for l in range(K)]
         dp = [Signal(signed(X.bits + unit.h_bits), name=f"dp_{k}_{l}") for l in range(K)]
+        with m.If(lane_en):
+            m.d.sync += [a1_v[k][l].eq(Mux(cmb, slot(k, l), ip_data[k][l])) for l in range(K)]
+            m.d.sync += [dp[l].eq(a1_v[k][l] * Mux(cmb, e_regs[k], a1_h[l])) for l in range(K)]
         m.d.sync += [sq[l].eq(a1_v[k][l] * a1_v[k][l]) for l in range(K)]
-        m.d.sync += [dp[l].eq(a1_v[k][l] * a1_h[l]) for l in range(K)]
-        for l, am in enumerate(ams):
-            m.d.comb += [am.en.eq(adv), am.i_valid.eq(c1_valid), am.i.v.eq(slot(k, l)),
-                         am.i.mant.eq(e_regs[k]), am.i.e.eq(unit.e_exact)]
         with m.If(a2_valid):
             m.d.sync += [acc[k].eq(sum(sq, Mux(fresh, 0, acc[k]))), dacc[k].eq(sum(dp, Mux(fresh, 0, dacc[k])))]
-    vars(ctx).update(c1_last=c1_last)
+        prods.append(dp)
+    vars(ctx).update(c1_last=c1_last, p_valid=p_valid, prods=prods)
 
 
 def running_max(m: Module, ctx) -> None:
@@ -262,21 +270,21 @@ def running_max(m: Module, ctx) -> None:
 
 def combine(m: Module, ctx) -> None:
     """Combine (stalls with the output): per element Σ_k of the lanes' e_k·c_kj, ApplyMant by 1 / Σe, ``o``;
-    the e trace."""
-    unit, mant_rc, e_rc, adv = ctx.unit, ctx.mant_rc, ctx.e_rc, ctx.adv
+    the last ``o`` frees the lanes and the buffer for the next mix; the e trace."""
+    unit, mant_rc, e_rc, adv, prods = ctx.unit, ctx.mant_rc, ctx.e_rc, ctx.adv, ctx.prods
     c1_last, o_done, p, e_regs, e_cnt, e_busy = ctx.c1_last, ctx.o_done, ctx.p, ctx.e_regs, ctx.e_cnt, ctx.e_busy
     nb_m1 = ctx.nb_m1
     for l, apo in enumerate(unit.apply_o):
         num = Signal(signed(unit.num_bits), name=f"num_{l}")
-        total = sum((ams[l].o.y for ams in unit.lane_apply[1:]), unit.lane_apply[0][l].o.y)
+        total = sum((dp[l] for dp in prods[1:]), prods[0][l])
         m.d.comb += [num.eq(round_shift_const(total, unit.num_shift)),
-                     apo.i_valid.eq(unit.lane_apply[0][0].o_valid), apo.i.v.eq(num),
+                     apo.i_valid.eq(ctx.p_valid), apo.i.v.eq(num),
                      apo.i.mant.eq(mant_rc), apo.i.e.eq(e_rc),
                      unit.o.payload.data[l].eq(apo.o.y)]
-    o_last = delay(m, adv, c1_last, 2 * ApplyMant.LATENCY, "o_last")
+    o_last = delay(m, adv, c1_last, LANE_LATENCY + ApplyMant.LATENCY, "o_last")
     m.d.comb += [unit.o.valid.eq(unit.apply_o[0].o_valid), unit.o.payload.last.eq(o_last)]
     with m.If(unit.o.valid & unit.o.ready & unit.o.payload.last):
-        m.d.sync += o_done.eq(1)
+        m.d.sync += [o_done.eq(1), ctx.cmb.eq(0), ctx.hold.eq(0)]
 
     # ---- e trace ------------------------------------------------------------------------------
     if p.trace_e:
