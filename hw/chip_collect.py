@@ -1,6 +1,7 @@
 """Result collectors and VRF write arbitration: the element results of the op that runs, the matvec
 results of every queued matvec (their own collector, behind the op's writes), the MLA engine's output,
-the embedding row (EMB) and the router's choices; the PRF writer of a PLD; the LM head's results into
+the embedding row (EMB) and the router's experts (which end ROUTE) and weights (which COMB waits for,
+collected after ROUTE); the PRF writer of a PLD; the LM head's results into
 the logits writer. These functions add their logic to the chip core's module.
 """
 from __future__ import annotations
@@ -142,15 +143,16 @@ def collectors(m: Module, ctx) -> None:
         m.d.comb += [vrf.w_en.eq(1), vrf.w_addr.eq(dst_base + col_cnt), vrf.w_data.eq(emb_word),
                      vrf.w_strb.eq(-1)]
 
-    # router results
-    with m.If(is_op(Opc.ROUTE)):
-        m.d.comb += router.o.ready.eq(1)
-        with m.If(router.o.valid):
-            m.d.sync += [choice[rcnt].eq(router.o.payload.expert), weights[rcnt].eq(router.o.payload.weight),
-                         rcnt.eq(rcnt + 1)]
-            with m.If(router.o.payload.last):
-                m.d.comb += col_last.eq(1)
-                m.d.sync += col_done.eq(1)
+    # router results: the experts end ROUTE; its weights follow in the background (COMB waits for them)
+    with m.If(router.choice_valid):
+        m.d.sync += [choice[j].eq(router.choice[j]) for j in range(len(choice))] + [ctx.route_w.eq(1)]
+        m.d.comb += col_last.eq(1)
+        m.d.sync += col_done.eq(1)
+    m.d.comb += router.o.ready.eq(1)
+    with m.If(router.o.valid):
+        m.d.sync += [weights[rcnt].eq(router.o.payload.weight), rcnt.eq(rcnt + 1)]
+        with m.If(router.o.payload.last):
+            m.d.sync += [rcnt.eq(0), ctx.route_w.eq(0)]
     vars(ctx).update(col_cnt=col_cnt, col_target=col_target, col_done=col_done, col_last=col_last, emb_we=emb_we,
                      emb_word=emb_word,
                      head=head, mo=mo, mvq_n=mvq_n, mvq_push=mvq_push, src_queued=src_queued,

@@ -131,7 +131,7 @@ def op_issue(m: Module, ctx) -> None:
 
 def load_op(m: Module, ctx) -> None:
     """Load the op the ROM reads (pc in FETCH, pc + 1 otherwise) and go to DISPATCH."""
-    m.d.sync += [ctx.op.eq(ctx.rom_data), ctx.col_cnt.eq(0), ctx.col_done.eq(0), ctx.rcnt.eq(0)]
+    m.d.sync += [ctx.op.eq(ctx.rom_data), ctx.col_cnt.eq(0), ctx.col_done.eq(0)]
     m.next = "DISPATCH"
 
 
@@ -173,6 +173,8 @@ def dispatch_states(m: Module, ctx) -> None:
         # EMB waits for its row (fetched after the last position's argmax), the LM head for the last
         # position's logits to have left the logits writer
         io_hold = is_op(Opc.EMB) & ~fetch.valid | is_op(Opc.MV) & head & ~lw.drained
+        # COMB waits for the router's weights (ROUTE ends with its experts)
+        io_hold |= is_op(Opc.COMB) & ctx.route_w
         with m.If(~pld_hold & ~io_hold & (pf_hit | ~needs_desc) & ~(res_pending & ~is_op(Opc.PLD))
                   & ((is_op(Opc.MV) & op.keep) | is_op(Opc.PLD) | (feeds_only & ~src_queued)
                      | (writes_vrf & ~src_queued & ~dst_queued) | (mvq_n == 0))):

@@ -42,6 +42,7 @@ def feeders(m: Module, ctx) -> None:
     fo = ef.o
     is_op = lambda c: op.opc == int(c)   # noqa: E731
     m.d.comb += [turn[u].eq(is_op(c)) for u, c in TURNS.items()]
+    m.d.comb += turn["router_w"].eq(is_op(Opc.ROUTE) | ctx.route_w)
 
     # feed routing
     m.d.comb += [

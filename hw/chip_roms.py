@@ -24,6 +24,9 @@ from hw.roms import init_file
 SHARED_ROMS = (("sigmoid", "kda", "ew"), ("sigmoid", ("router", "kda"), "ew"), ("rsqrt", ("norm", "kda"), "mixer"),
                ("recip", ("router", "mla"), "mixer"), ("exp2", "mla", ("mixer", "mla")), ("kda_decay", "kda", "kda"))
 TURNS = {"router": Opc.ROUTE, "ew": Opc.EW, "norm": Opc.RMS, "mixer": Opc.MIX}
+# ROUTE ends with the router's experts (hw/chip_collect.py); its reciprocal and weights follow: on the recip
+# ROM its turn (``turn["router_w"]``) lasts until the last weight is collected (no MLA op runs before then).
+LATE_TURN = ("router", "recip")
 
 
 def shared_roms(chip: ChipParams) -> tuple:
@@ -58,7 +61,7 @@ def share_lut_roms(m: Module, ctx) -> None:
     # LUT ROMs shared by engines that use the same table (a read port each, or one port in turns). Read
     # port 2 of every ROM is the ROM checker's while it runs (load phase, ``hw.rom_check``).
     roms: dict = {}                       # engine -> {table: (its ports, in SHARED_ROMS order)}
-    turn = {u: Signal(name=f"{u}_turn") for u in TURNS}     # its op runs: the unit's turn on a shared port
+    turn = {u: Signal(name=f"{u}_turn") for u in (*TURNS, "router_w")}     # the unit's turn on a shared port
     checked: list = []                    # (address, read data) of the port each ROM lends the checker
     check_turn = Signal()
     for k, (table, *units) in enumerate(shared_roms(chip)):
@@ -66,8 +69,11 @@ def share_lut_roms(m: Module, ctx) -> None:
         chk, p2 = time_shared(m, p2, [check_turn])
         checked += zip(chk.addr, chk.data)
         for unit, port in zip(units, (p1, p2)):
-            for u, p in (zip(unit, time_shared(m, port, [turn[x] for x in unit[:-1]])) if isinstance(unit, tuple)
-                         else [(unit, port)]):
+            users = [(unit, port)]
+            if isinstance(unit, tuple):          # the units take turns: the last one when no other's turn
+                turns = [turn["router_w" if (x, table) == LATE_TURN else x] for x in unit[:-1]]
+                users = zip(unit, time_shared(m, port, turns))
+            for u, p in users:
                 roms.setdefault(u, {}).setdefault(table, ())
                 roms[u][table] += (p,)
     vars(ctx).update(roms=roms, turn=turn, checked=checked, check_turn=check_turn)

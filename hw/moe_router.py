@@ -11,6 +11,9 @@ Stream ``i``: one expert per transfer, in expert order 0, 1, … (at most ``max_
 beyond are accepted and ignored). ``logit`` is the router matvec output (X), ``bias`` the expert's
 ``moe.bias`` entry (Q4.11, int16: data from weight storage, not a constant), ``last`` ends the
 vector; ``top_k`` is read from the transfer that carries ``last`` and clamped to 1..max_top_k.
+``choice``: the sorted slots' experts (``choice[j]`` = the expert of pair j), held from the cycle
+``choice_valid`` is high (one cycle, once the last element is in the slots) until the next vector's
+first insertion, so a consumer may start on the experts while the weights are computed.
 Stream ``o``: min(k, E) pairs (``expert``, ``weight`` in RW), in selection order (the order of
 ``router_select``), ``last`` on the final pair. When every chosen score is 0 (all chosen logits at or
 below −16, so Σ = 0 and ``router_weights`` is undefined: recip(0) raises) the weights are 0.
@@ -29,6 +32,7 @@ pair has been taken):
 With no idles and no stalls the first pair leaves ``MoeRouter.latency(E)`` cycles (E + 17 with the
 current LUT unit) after the first element was accepted and the others follow one per cycle: nano
 (E = 8, k = 2) takes 25 cycles to the first pair, 27 to the last; then the next vector may start.
+``choice_valid`` comes ``MoeRouter.choice_latency(E)`` cycles after the first element (nano: 14).
 """
 from __future__ import annotations
 
@@ -36,7 +40,7 @@ from dataclasses import dataclass
 
 from amaranth.hdl import Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import stream, wiring
-from amaranth.lib.data import StructLayout
+from amaranth.lib.data import ArrayLayout, StructLayout
 from amaranth.lib.wiring import In, Out
 
 from hw.lib.lut import ApplyMant, Recip, Sigmoid
@@ -141,13 +145,21 @@ class MoeRouter(wiring.Component):
         super().__init__({
             "i": In(stream.Signature(in_layout(params))),
             "o": Out(stream.Signature(out_layout(params))),
+            "choice": Out(ArrayLayout(unsigned(params.expert_bits), params.max_top_k)),
+            "choice_valid": Out(1),
         })
 
     @classmethod
     def latency(cls, n_experts: int) -> int:
         """Cycles from the first accepted element to the first o.valid, with no idles and no stalls:
         n_experts accepts, the key pipeline, one insertion, sum, recip start, recip, emit pipeline."""
-        return (n_experts - 1) + cls.KEY_LATENCY + 1 + 1 + 1 + Recip.LATENCY + cls.EMIT_LATENCY
+        return cls.choice_latency(n_experts) + 1 + 1 + Recip.LATENCY + cls.EMIT_LATENCY
+
+    @classmethod
+    def choice_latency(cls, n_experts: int) -> int:
+        """Cycles from the first accepted element to ``choice_valid`` (no idles): n_experts accepts, the key
+        pipeline, the last insertion."""
+        return (n_experts - 1) + cls.KEY_LATENCY + 1
 
     def elaborate(self, platform):
         m = Module()
@@ -208,6 +220,8 @@ class MoeRouter(wiring.Component):
                         m.d.sync += [slot_v[s].eq(slot_v[s - 1]), slot_key[s].eq(slot_key[s - 1]),
                                      slot_score[s].eq(slot_score[s - 1]), slot_idx[s].eq(slot_idx[s - 1])]
 
+        m.d.comb += [self.choice[s].eq(slot_idx[s]) for s in range(K)]
+
         # --- sum of the chosen scores, reciprocal ------------------------------------------------
         n_out = Signal(range(K + 1))            # pairs to emit: min(k, E)
         total = Signal(p.sum_bits)
@@ -253,6 +267,7 @@ class MoeRouter(wiring.Component):
             with m.If(klast):
                 m.d.sync += state.eq(SUM)
         with m.Elif(state == SUM):               # the slots hold the whole vector now
+            m.d.comb += self.choice_valid.eq(1)
             m.d.sync += [total.eq(sum(chosen)), n_out.eq(Mux(count < kk, count, kk)), state.eq(RECIP),
                          wait.eq(0)]
         with m.Elif(state == RECIP):
@@ -280,4 +295,5 @@ def moe_router_derived(chip_params) -> dict:
             "sum_bits": p.sum_bits, "num_bits": p.num_bits, "bias_shift": p.bias_shift,
             "key_latency": MoeRouter.KEY_LATENCY, "recip_latency": Recip.LATENCY,
             "emit_latency": MoeRouter.EMIT_LATENCY, "latency_e8": MoeRouter.latency(8),
+            "choice_latency_e8": MoeRouter.choice_latency(8),
             "rom_dir": ROM_DIR, "roms": ["sigmoid", "recip"]}

@@ -24,6 +24,7 @@ only a keep MV, and a PLD, start while matvec results are still being written):
   EW    src0, src1 -> dst         ADD or SWIGLU                                   [elementwise unit]
   KDA   src (segment sel)         KDA engine input; last=1 collects the output into dst
   ROUTE src                       router with bias = PRF a; experts/weights into registers  [router]
+                                  (the op ends with the experts; COMB waits for the weights)
   COMB  shared, outs, res -> dst  MoE combine with the router weights, plus the residual res  [combine unit]
   MLA   src words w0..w0+nw       MLA engine input beats; last=1 collects ctx into dst  [MLA engine]
   END                             argmax word, next position (or finish)

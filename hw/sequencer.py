@@ -247,10 +247,11 @@ def _run_state(m: Module, ctx) -> None:
     choice = Array(Signal(range(max(2, cfg.n_experts)), name=f"choice{j}") for j in range(cfg.top_k))
     weights = Array(Signal(24, name=f"rweight{j}") for j in range(cfg.top_k))
     dq = [Signal(bb, name=f"desc_q{k}") for k in range(3)]   # the op's .q/.s/.z store beats
-    rcnt = Signal(range(cfg.top_k + 1))
+    rcnt = Signal(range(cfg.top_k + 1))      # router weights collected
+    route_w = Signal()                       # ROUTE has ended, its weights are still to come
     vars(ctx).update(pos=pos, row_addr=row_addr, status_word=status_word, bad_desc=bad_desc,
                      tensor_base=tensor_base, first_addr=first_addr, emb_addr=emb_addr, cnt=cnt, choice=choice,
-                     weights=weights, dq=dq, rcnt=rcnt)
+                     weights=weights, dq=dq, rcnt=rcnt, route_w=route_w)
 
 
 def _memory_port(m: Module, ctx) -> None:

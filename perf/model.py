@@ -23,7 +23,8 @@ Engine formulas used (no stalls):
 * EW      ``n/K + (ns − 1)·⌈n/16⌉ + Elementwise.LATENCY`` (K = ``ew_lanes`` elements a cycle); COMB the
           same with K = ``comb_lanes`` and ``Combine.LATENCY`` (``ns`` sources side by side: the ElemFeeder reads each
           source's word once per 16 elements)
-* ROUTE   ``MoeRouter.latency(E) + top_k − 1``
+* ROUTE   ``MoeRouter.choice_latency(E)``: it ends with the experts; the weights follow
+          (``MoeRouter.latency(E) + top_k − 1``), COMB waits for them
 * KDA     ``kda_lanes`` elements a cycle; the last segment (Z, the gate) ends ``KdaEngine.z_drain`` after its
           last transfer, ``KdaEngine.drain`` after the last K/V/B/F one (the rows start then) or
           ``KdaEngine.q_drain`` after Q's last (the second passes wait for q's norms), whichever is latest
@@ -174,7 +175,7 @@ class SeqOverheads:
     lw_first: int = LogitsWriter.FIRST_BEAT    # [hw] a chunk pushed into the logits writer leaves as its first beat
     elem: int = ElemFeeder.LATENCY               # [fsm, hw] element ops: the feeder's pipeline from DISPATCH (its first
                                  # read); an op that collects results ends in the cycle of its last one
-    route: int = 1               # [fit] ROUTE beyond elem: the router's last pair to the collector
+    route: int = 1               # [fit] ROUTE beyond elem: the router's experts to the collector
     kda_seg: int = 1 + ElemFeeder.LATENCY        # [fsm, hw] a KDA feed segment beyond its transfers: DISPATCH, the feed
     mla_seg: int = 1 + WordFeeder.LATENCY        # [fsm, hw] an MLA feed segment beyond its words: DISPATCH, the feed
     mla_last: int = 2            # [fit] the last MLA segment beyond the engine's attention cycles
@@ -375,8 +376,13 @@ class PerfModel:
         return ResMixer.latency(n_cands, d, self.hw.mix_lanes)
 
     def router_cycles(self) -> int:
-        """First pair after MoeRouter.latency(E), the other top_k − 1 one a cycle."""
-        return MoeRouter.latency(self.cfg.n_experts) + self.cfg.top_k - 1
+        """The experts after MoeRouter.choice_latency(E): ROUTE ends with them."""
+        return MoeRouter.choice_latency(self.cfg.n_experts)
+
+    def router_weights(self) -> int:
+        """Cycles from ROUTE's end to its last weight collected: the first pair MoeRouter.latency(E) after the
+        first element, the other top_k − 1 one a cycle."""
+        return MoeRouter.latency(self.cfg.n_experts) + self.cfg.top_k - 1 - self.router_cycles()
 
     def mla_attention(self, t: int) -> int:
         """hw.mla_params.MlaParams.attention_cycles(t): after the MLA segment ops fed the position."""
@@ -422,7 +428,7 @@ class PerfModel:
         background once the array leaves the store port, and the array takes no queued command until it
         is done; the PRF readers and the next PLD wait for it."""
         s = self.seq
-        now, pld_done, kda_state_end, kda_q_end = 0, 0, 0, 0
+        now, pld_done, kda_state_end, kda_q_end, weights_in = 0, 0, 0, 0, 0
         pld_busy = (0, 0)                  # the array takes no command while a PLD copies
         cmds: list[_Cmd] = []              # matvecs in command order (the last: the array's latest)
         out = []
@@ -453,6 +459,8 @@ class PerfModel:
                 wait += [d - now for d in res_owed]         # ... a residual matvec's results
             if waits_all:
                 wait += [d - now for _, d in owed]          # ... every matvec result
+            if op.opc == Opc.COMB:
+                wait.append(weights_in - now)               # ... the router's weights
             if op.opc == Opc.EMB:
                 wait.append(self.fetch_ready(t) - now)      # ... its embedding row
             elif not (op.opc == Opc.MV and op.keep or op.opc == Opc.PLD):
@@ -469,6 +477,8 @@ class PerfModel:
                     kda_q_end = now + cost
                 else:
                     kda_state_end = now + cost
+            if op.opc == Opc.ROUTE:
+                weights_in = now + cost + self.router_weights()
             if op.opc == Opc.PLD:                           # requested in the op's last cycle
                 req = now + cost - 1
                 taken = [c for c in cmds if c.cmd <= req]

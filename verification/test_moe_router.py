@@ -4,7 +4,7 @@ Every case is compared with the fixed-point model, called here and never re-impl
 ``nano_k3.fixed.router_scores`` (sigmoid), ``router_select`` (biased, stable top-k) and
 ``router_weights`` (renormalised × 2.828 in RW). The RTL must return the same experts in the same
 order with the same weights, bit for bit, under random idle cycles on ``i`` and random back-pressure
-on ``o``. The pytest runner at the bottom emits the Verilog with rtl_gen as ``rtl/`` in the simulator's
+on ``o``, and announce the experts on ``choice`` (``choice_valid``) before the first pair. The pytest runner at the bottom emits the Verilog with rtl_gen as ``rtl/`` in the simulator's
 working folder, writes the LUT ROMs into its ``roms/``, lints it and runs the cocotb tests.
 
 Environment read by the cocotb side: NANO_K3_RTL_CONFIG (config.json from rtl_gen, required),
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import cocotb
 import numpy as np
-from cocotb.triggers import RisingEdge
+from cocotb.triggers import ReadOnly, RisingEdge
 
 from nano_k3.fixed import router_scores, router_select, router_weights
 from nano_k3.fxp_ops import P, X
@@ -137,8 +137,27 @@ class TB(StreamTB):
         assert len(dut.o__payload) == cfg["streams"]["o"]["payload_bits"], len(dut.o__payload)
         self.pending: deque[tuple[int, Case]] = deque()
         self.got: list[tuple[int, int, int]] = []          # pairs of the case being received
+        self.choices: deque[list[int]] = deque()           # ``choice`` at each choice_valid, in order
+        self.choice_cycles: list[int] = []
+        self.expert_bits = d_bits = max(1, (cfg["derived"]["max_experts"] - 1).bit_length())
+        assert len(dut.choice) == d_bits * cfg["derived"]["max_top_k"], len(dut.choice)
         self.mismatches: list[str] = []
         self.n_checked = 0
+    def start_agents(self) -> None:
+        super().start_agents()
+        cocotb.start_soon(self._watch_choice())
+
+    async def _watch_choice(self) -> None:
+        """Record ``choice`` (the sorted experts) in every cycle ``choice_valid`` is high."""
+        b = self.expert_bits
+        while True:
+            await ReadOnly()
+            if self.dut.choice_valid.value:
+                word = self.dut.choice.value.to_unsigned()
+                self.choices.append([word >> (j * b) & ((1 << b) - 1) for j in range(len(self.dut.choice) // b)])
+                self.choice_cycles.append(self.cycle())
+            await RisingEdge(self.dut.clk)
+
     def on_output(self, word: int, cycle: int) -> None:
         f = unpack(self.fo, word)
         self.got.append((f["expert"], f["weight"], f["last"]))
@@ -158,6 +177,10 @@ class TB(StreamTB):
             return
         idx, case = self.pending.popleft()
         want = [(int(e), int(w)) for e, w in zip(case.top, case.weights)]
+        # the experts were announced (``choice``) before the first pair, in the pairs' order
+        chosen = self.choices.popleft()[:len(want)] if self.choices else None
+        if chosen != [e for e, _ in want]:
+            self._fail(f"case {idx} ({case.tag}): choice {chosen}, expected the experts {[e for e, _ in want]}")
         if len(got) != len(want):
             self._fail(f"case {idx} ({case.tag}): expected {len(want)} pairs {want}, got {len(got)} "
                        f"{[(e, w) for e, w, _ in got]}")
@@ -255,8 +278,10 @@ async def router_timing(dut):
         assert last_in - first_in == 7, f"case {c}: 8 elements took {last_in - first_in + 1} cycles"
         assert o0 - first_in == d["latency_e8"], f"case {c}: latency {o0 - first_in}, documented {d['latency_e8']}"
         assert o1 == o0 + 1, f"case {c}: pairs {o0}, {o1} not back to back"
-    dut._log.info("E=8, k=2: first pair %d cycles after the first element, vector done in %d cycles",
-                  d["latency_e8"], d["latency_e8"] + 2)
+        ch = tb.choice_cycles[c] - first_in
+        assert ch == d["choice_latency_e8"], f"case {c}: choice after {ch} cycles, documented {d['choice_latency_e8']}"
+    dut._log.info("E=8, k=2: experts %d cycles and first pair %d cycles after the first element, vector done "
+                  "in %d cycles", d["choice_latency_e8"], d["latency_e8"], d["latency_e8"] + 2)
 
 
 # ---- pytest runner ------------------------------------------------------------------------------------
