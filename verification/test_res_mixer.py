@@ -333,7 +333,7 @@ async def mix_latency(dut):
 # ---- pytest runner -------------------------------------------------------------------------------------
 @pytest.mark.parametrize("lanes", [2, 1, 4, 8], ids=["k2", "k1", "k4", "k8"])
 def test_res_mixer_verilator(lanes):
-    """K = 2: the block rtl_gen emits; K = 1, 4 (the nano chip's) and 8 (a design-space choice): the same
+    """K = 2: the block rtl_gen emits; K = 1, 4 (a design-space choice) and 8 (the nano chip's): the same
     maxima at one, four and eight elements per cycle, registered for this test only."""
     from dataclasses import replace
     from functools import partial
