@@ -14,8 +14,8 @@ to max_len for L2):
 * the sum of squares is rounded once to SQ_FRAC (``fxp_math.sum_squares``), the epsilon constant
   is added (RMSNorm: eps·n for the run-time n, a small constant table over log2 n; L2: eps), and
   one ``hw.lib.lut.Rsqrt`` (frac = SQ_FRAC + log2 n, resp. SQ_FRAC) gives (mant, e) once;
-* pass 2, one transfer per cycle under back-pressure: buffer read, K ``ApplyMant`` (v × mant, shift),
-  then RMSNorm × gain (round half up, saturate to X) or L2 saturate to UNIT (without ``l2`` the unit
+* pass 2, one transfer per cycle under back-pressure: buffer read, K ``ApplyMant`` (v × mant, shift;
+  RMSNorm's multiply v × mant on pass 1's squarers, which are idle by then), then RMSNorm × gain (round half up, saturate to X) or L2 saturate to UNIT (without ``l2`` the unit
   does RMSNorm only and has no L2 datapath).
 Latency (no stalls, measured by verification/test_vector_unit.py ``vector_latency`` at K = 1): the
 first output leaves ``NormUnit.GAP`` = 14 cycles after the last input, then one transfer per cycle: a
@@ -133,8 +133,9 @@ class NormUnit(wiring.Component):
         self.rsqrt = Rsqrt(m_bits=p.ss_bits, frac_bits=(SQ_FRAC + p.len_log2).bit_length(), rom_dir=p.rom_dir,
                            port=port_of(roms, "rsqrt"))
         e_range = self.rsqrt.e_range
+        # the lanes' squarers (pass 1) do RMSNorm's v × mant too (pass 2): one multiplier a lane
         self.apply_rms = [ApplyMant(v_bits=p.v_bits, v_frac=p.v_frac, out_frac=X.frac, out_bits=p.y_bits,
-                                    e_range=e_range) for _ in range(p.lanes)]
+                                    e_range=e_range, external_mul=True) for _ in range(p.lanes)]
         self.apply_l2 = [ApplyMant(v_bits=p.v_bits, v_frac=p.v_frac, out_frac=UNIT.frac, out_bits=UNIT.bits,
                                    e_range=e_range) for _ in range(p.lanes if p.l2 else 0)]
         super().__init__({"i": In(stream.Signature(in_layout(p))), "o": Out(stream.Signature(out_layout(p)))})
@@ -174,8 +175,12 @@ class NormUnit(wiring.Component):
         sq = [Signal(unsigned(2 * p.v_bits - 1), name=f"sq{k}") for k in range(K)]
         acc = Signal(unsigned(p.acc_bits))
         acc_done = Signal()
+        draining = Signal()                       # pass 2: the lanes' multipliers are RMSNorm's v × mant
         m.d.sync += [sq_v.eq(take), sq_last.eq(take & ip.last), acc_done.eq(sq_last)]   # acc_done: acc is the sum
-        m.d.sync += [sq[k].eq(ip.v[k] * ip.v[k]) for k in range(K)]
+        for k, a in enumerate(self.apply_rms):
+            mul = Signal(signed(2 * p.v_bits), name=f"mul{k}")
+            m.d.comb += [mul.eq(Mux(draining, a.mul_a, ip.v[k]) * Mux(draining, a.mul_b, ip.v[k])), a.mul_p.eq(mul)]
+            m.d.sync += sq[k].eq(mul)
         with m.If(sq_v):
             m.d.sync += acc.eq(acc + sum(sq[1:], sq[0]))
         with m.If(take):
@@ -205,7 +210,6 @@ class NormUnit(wiring.Component):
         m.d.comb += [rsqrt.en.eq(1), rsqrt.i_valid.eq(ss_v), rsqrt.i.m.eq(ss),
                      rsqrt.i.frac.eq(Mux(op, SQ_FRAC, SQ_FRAC + sh))]
         mant, e = Signal.like(rsqrt.o.mant), Signal.like(rsqrt.o.e)
-        draining = Signal()
         rd_ptr = Signal(range(depth + 1))
         with m.If(rsqrt.o_valid):
             m.d.sync += [mant.eq(rsqrt.o.mant), e.eq(rsqrt.o.e), draining.eq(1), acc.eq(0)]

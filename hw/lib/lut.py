@@ -338,12 +338,16 @@ class ApplyMant(FixedPipe):
 
     s = v_frac + MANT_FRAC − out_frac − e ranges over the constructor's ``e_range``; a negative s is
     an exact left shift (then saturated), a positive one rounds half up.
+
+    ``external_mul``: the multiply v × mant is the owner's (members ``mul_a``, ``mul_b``: the operands, from
+    the input register; ``mul_p``: their product, read into the product register), so a unit can share one
+    multiplier between this and work of its own in other cycles.
     """
 
     LATENCY = 3
 
     def __init__(self, *, v_bits: int, v_frac: int, out_frac: int, out_bits: int, e_range: tuple[int, int],
-                 out_signed: bool = True, mant_bits: int | None = None):
+                 out_signed: bool = True, mant_bits: int | None = None, external_mul: bool = False):
         mant_bits = P.bits if mant_bits is None else mant_bits
         for name, val, lo, hi in (("v_bits", v_bits, 2, 64), ("v_frac", v_frac, 0, 64),
                                   ("out_frac", out_frac, 0, 64), ("out_bits", out_bits, 2, 64),
@@ -355,6 +359,7 @@ class ApplyMant(FixedPipe):
             reject(self, f"e_range must be a (lo, hi) tuple of integers with lo <= hi, got {e_range!r}")
         self.v_bits, self.v_frac, self.out_frac, self.out_bits = v_bits, v_frac, out_frac, out_bits
         self.e_range, self.out_signed, self.mant_bits = e_range, out_signed, mant_bits
+        self.external_mul = bool(external_mul)
         c = v_frac + fxp_math.MANT_FRAC - out_frac
         self.s_range = (c - e_range[1], c - e_range[0])
         if self.s_range[0] < -64 or self.s_range[1] > 128:
@@ -363,6 +368,9 @@ class ApplyMant(FixedPipe):
         out_shape = signed(out_bits) if out_signed else unsigned(out_bits)
         super().__init__(StructLayout({"v": signed(v_bits), "mant": unsigned(mant_bits), "e": signed(e_bits)}),
                          StructLayout({"y": out_shape}))
+        if self.external_mul:
+            self.mul_a, self.mul_b = Signal(signed(v_bits), name="mul_a"), Signal(unsigned(mant_bits), name="mul_b")
+            self.mul_p = Signal(signed(v_bits + mant_bits + 1), name="mul_p")
 
     @property
     def out_range(self) -> tuple[int, int]:
@@ -381,8 +389,10 @@ class ApplyMant(FixedPipe):
         prod = Signal(signed(self.v_bits + self.mant_bits + 1))
         sh = Signal(range(s_hi - min(s_lo, 0) + 1))            # s + max(0, -s_lo) >= 0
         left = max(0, -s_lo)
+        if self.external_mul:
+            m.d.comb += [self.mul_a.eq(i0.v), self.mul_b.eq(i0.mant)]
         with m.If(en):
-            m.d.sync += [prod.eq(i0.v * i0.mant), sh.eq(c - i0.e + left)]
+            m.d.sync += [prod.eq(self.mul_p if self.external_mul else i0.v * i0.mant), sh.eq(c - i0.e + left)]
         # u = prod · 2^left (exact); then a rounding right shift by sh: ((2u >> sh) + 1) >> 1
         u2 = Signal(signed(len(prod) + left + 1))
         m.d.comb += u2.eq(prod << (left + 1))
