@@ -271,9 +271,9 @@ class Combine(wiring.Component):
             self._MustUse__silence = True
             raise ValueError(f"Combine: top_k must be in 1..{MAX_SRCS - 2} (shared + chosen + residual sources), "
                              f"got {top_k}")
-        if lanes not in (1, 2, 4):
+        if lanes not in (1, 2, 4, 8):
             self._MustUse__silence = True
-            raise ValueError(f"Combine: lanes must be 1, 2 or 4, got {lanes}")
+            raise ValueError(f"Combine: lanes must be 1, 2, 4 or 8, got {lanes}")
         self.top_k, self.lanes = top_k, lanes
         el = ArrayLayout(signed(X.bits), lanes)
         super().__init__({

@@ -107,7 +107,7 @@ class ChipParams:
     norm_lanes: int = choice(16, (1, 2, 4, 8, 16))  # RMSNorm elements per cycle (hw.norm_unit lanes)
     ew_lanes: int = choice(4, (1, 2, 4))        # element-wise (ADD, SwiGLU) elements per cycle (hw.vector_unit)
     mix_lanes: int = choice(8, (1, 2, 4, 8))    # residual-mixer elements per cycle (hw.res_mixer)
-    comb_lanes: int = choice(4, (1, 2, 4))      # MoE-combine elements per cycle (hw.chip_glue.Combine)
+    comb_lanes: int = choice(8, (1, 2, 4, 8))   # MoE-combine elements per cycle (hw.chip_glue.Combine)
     kda_lanes: int = choice(2, (1, 2))          # KDA engine input elements per cycle (hw.kda_engine.KdaParams.lanes)
 
     def __post_init__(self) -> None:
