@@ -15,7 +15,8 @@ to max_len for L2):
   is added (RMSNorm: eps·n for the run-time n, a small constant table over log2 n; L2: eps), and
   one ``hw.lib.lut.Rsqrt`` (frac = SQ_FRAC + log2 n, resp. SQ_FRAC) gives (mant, e) once;
 * pass 2, one transfer per cycle under back-pressure: buffer read, K ``ApplyMant`` (v × mant, shift;
-  RMSNorm's multiply v × mant on pass 1's squarers, which are idle by then), then RMSNorm × gain (round half up, saturate to X) or L2 saturate to UNIT (without ``l2`` the unit
+  RMSNorm's multiply v × mant on pass 1's squarers, which are idle by then), then RMSNorm × gain (round
+  half up, saturate to X) or L2 saturate to UNIT (without ``l2`` the unit
   does RMSNorm only and has no L2 datapath).
 Latency (no stalls, measured by verification/test_vector_unit.py ``vector_latency`` at K = 1): the
 first output leaves ``NormUnit.GAP`` = 14 cycles after the last input, then one transfer per cycle: a

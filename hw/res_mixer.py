@@ -80,7 +80,8 @@ from amaranth.lib.wiring import In, Out
 from hw.lib.lut import ApplyMant, Exp2Neg, Recip, Rsqrt
 from hw.lib.lut_rom import port_of
 from hw.params import require_instance, signed_bits
-from hw.res_mixer_parts import COMBINE_LEAD, LANE_LATENCY, W_FRAC, buffer_and_ingest, combine, controller, lanes, running_max
+from hw.res_mixer_parts import (COMBINE_LEAD, LANE_LATENCY, W_FRAC, buffer_and_ingest, combine, controller, lanes,
+                                running_max)
 from hw.roms import ROM_DIR
 from nano_k3 import fxp_math, luts
 from nano_k3.fixed import MIX_DOT_FRAC, Q4_11
